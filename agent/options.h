@@ -1,0 +1,63 @@
+// Command-line options of every nodegate command. The flag names are a contract (DESIGN.md):
+// the chart, scripts and users rely on them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "nodegate/config.h"
+#include "nodegate/host_root.h"
+#include "nodegate/result.h"
+
+namespace nodegate {
+
+struct Options {
+  std::string command;  // check | agent | dns | version | help
+  std::vector<std::string> args;  // positional words after the command ("trace" for dns)
+
+  // Host paths.
+  std::string host_root = "/";
+  std::string procfs, sysfs, devfs, rootfs;  // empty: derived from host_root
+
+  // check
+  std::string output = "table";  // table | json
+  std::string color = "auto";    // auto | always | never
+
+  // Policy.
+  std::string config_path;
+
+  // agent
+  std::string listen = "0.0.0.0:9810";
+  std::string debug_listen = "127.0.0.1:9811";
+  std::string kube = "auto";  // auto | incluster | kubeconfig | none
+  std::string kubeconfig;
+  std::string node_name;  // default: $NODE_NAME, then the host name
+  std::string prefix = "nodegate.io";
+  std::string gate_label = "nodegate.io/vm-ready=true";
+  bool gate_label_set = false;  // --gate-label given (else it follows --prefix)
+  bool taint = false;
+  std::string lvm_command = "lvm";
+  double resync_seconds = 60;
+  std::string dns_trace = "auto";  // auto | on | off
+  std::vector<std::string> dns_netns;
+  std::string log_level = "info";
+
+  // dns trace
+  std::string vmi;  // NS/NAME filter
+  bool follow = false;
+  std::string api;  // agent debug endpoint to ask (dns trace); default from debug_listen
+
+  HostRoot hostRoot() const;
+  // The gate label split into key and value.
+  std::pair<std::string, std::string> gateLabel() const;
+};
+
+// Parses argv. Errors are usage errors (exit 2) with a one-line message.
+Result<Options> parseOptions(int argc, char** argv);
+
+// Loads --config (or the defaults) and folds flags that configure probes into it.
+Result<Config> buildConfig(const Options& opts);
+
+std::string usage();
+
+}  // namespace nodegate

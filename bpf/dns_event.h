@@ -1,0 +1,55 @@
+/* The record the DNS tracer's BPF programs put on the ring buffer; shared by bpf/*.bpf.c and
+ * user space. Plain C, fixed-width types only, no vmlinux types. Layout changes need both sides
+ * rebuilt (they are, in one build). */
+#ifndef NODEGATE_DNS_EVENT_H
+#define NODEGATE_DNS_EVENT_H
+
+#ifdef __BPF__
+/* vmlinux.h provides the __u* types on the kernel side. */
+#else
+#include <linux/types.h>
+#endif
+
+#define NG_DNS_QNAME_MAX 128 /* bytes of the question name kept, dotted, NUL-terminated */
+
+enum ng_dns_event_kind {
+  NG_EV_PACKET = 1, /* a DNS packet seen by a tc program */
+  NG_EV_DROP = 2,   /* a DNS packet freed by the kernel with a drop reason (kfree_skb) */
+};
+
+enum ng_dns_dir {
+  NG_DIR_INGRESS = 0,
+  NG_DIR_EGRESS = 1,
+};
+
+/* flags */
+#define NG_F_QR 0x0001        /* response */
+#define NG_F_TC 0x0002        /* truncated */
+#define NG_F_TCP 0x0004       /* carried over TCP (length prefix parsed) */
+#define NG_F_IPV6 0x0008      /* IPv6 packet */
+#define NG_F_PARSE_ERR 0x0010 /* port 53 but not parseable DNS (qname empty) */
+#define NG_F_QNAME_TRUNC 0x0020
+
+struct ng_dns_event {
+  __u64 ts_ns;          /* bpf_ktime_get_ns() */
+  __u64 netns_cookie;   /* bpf_get_netns_cookie() where available, else 0 */
+  __u32 netns_ino;      /* inode of the skb's device netns (matches /proc/PID/ns/net) */
+  __u32 ifindex;
+  __u32 drop_reason;    /* NG_EV_DROP: enum skb_drop_reason value, decoded by name in user space */
+  __u16 kind;           /* enum ng_dns_event_kind */
+  __u16 dir;            /* enum ng_dns_dir */
+  __u8 saddr[16];       /* IPv4 in the first 4 bytes */
+  __u8 daddr[16];
+  __u16 sport;          /* host byte order */
+  __u16 dport;
+  __u16 dns_id;
+  __u16 flags;          /* NG_F_* */
+  __u16 qtype;
+  __u8 rcode;
+  __u8 hop;             /* hop class configured per attached device (user space assigns) */
+  __u16 pkt_len;
+  __u16 _pad;
+  char qname[NG_DNS_QNAME_MAX];
+};
+
+#endif

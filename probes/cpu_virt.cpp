@@ -1,0 +1,108 @@
+#include "cpu_virt.h"
+
+#include <sys/stat.h>
+
+#include "text.h"
+
+namespace nodegate {
+
+CpuInfo parseCpuInfo(std::string_view text) {
+  CpuInfo info;
+  bool first_block_done = false;
+  forEachLine(text, [&](std::string_view line) {
+    auto [key, value] = splitKeyValue(line, ':');
+    if (key.empty()) {
+      if (info.processors > 0) first_block_done = true;
+      return;
+    }
+    if (key == "processor") {
+      ++info.processors;
+      return;
+    }
+    // Flags are taken from the first processor only: hosts are homogeneous and reading every
+    // block of a 256-CPU machine would cost more than the probe is worth.
+    if (first_block_done && !info.flags.empty()) return;
+    if (key == "flags") {
+      info.arch = "x86";
+      info.flags.clear();
+      forEachWord(value, [&](std::string_view w) { info.flags.emplace(w); });
+    } else if (key == "Features") {
+      info.arch = "arm64";
+      info.flags.clear();
+      forEachWord(value, [&](std::string_view w) { info.flags.emplace(w); });
+    } else if (key == "vendor_id") {
+      info.vendor = std::string(value);
+    } else if (key == "model name") {
+      info.model = std::string(value);
+    } else if (key == "CPU implementer" && info.vendor.empty()) {
+      info.vendor = "arm:" + std::string(value);
+    }
+  });
+  // arm64 kernels print "processor : N" lines too; older ones print one "Processor" header.
+  if (info.processors == 0 && !info.arch.empty()) info.processors = 1;
+  return info;
+}
+
+CheckResult evaluateCpuVirt(const CpuInfo& info, bool kvm_misc_present) {
+  if (info.processors == 0 || info.arch.empty()) {
+    auto r = makeResult("cpu-virt", Status::Unknown, "CpuInfoUnreadable",
+                        "cpuinfo has no processor flags to decide from",
+                        "check that the host's /proc is mounted (--host-root / --path.procfs)");
+    r.labels["cpu-virt"] = "none";
+    return r;
+  }
+  const bool hypervisor = info.flags.count("hypervisor") > 0;
+  CheckResult r;
+  if (info.arch == "arm64") {
+    if (kvm_misc_present) {
+      r = makeResult("cpu-virt", Status::Pass, "Arm64KvmSupported",
+                     "arm64 CPU with KVM support in the running kernel");
+    } else {
+      r = makeResult("cpu-virt", Status::Warn, "Arm64KvmNotVisible",
+                     "arm64 CPU; the kernel shows no KVM device (EL2 not available or kvm not loaded)",
+                     "boot the kernel at EL2 (bare metal or a nested-capable hypervisor) with KVM "
+                     "enabled; see the kvm-device check");
+    }
+    r.labels["cpu-virt"] = kvm_misc_present ? "arm64" : "none";
+  } else if (info.flags.count("vmx")) {
+    r = makeResult("cpu-virt", Status::Pass, "VmxPresent", "Intel VT-x (vmx) present");
+    r.labels["cpu-virt"] = "vmx";
+  } else if (info.flags.count("svm")) {
+    r = makeResult("cpu-virt", Status::Pass, "SvmPresent", "AMD-V (svm) present");
+    r.labels["cpu-virt"] = "svm";
+  } else if (hypervisor) {
+    r = makeResult("cpu-virt", Status::Fail, "NoHardwareVirtualization",
+                   "this node is itself a VM and its hypervisor does not expose vmx/svm",
+                   "enable nested virtualization on the hypervisor (or use a metal / "
+                   "nested-capable instance type)");
+    r.labels["cpu-virt"] = "none";
+  } else {
+    r = makeResult("cpu-virt", Status::Fail, "NoHardwareVirtualization",
+                   "the CPU reports neither vmx nor svm",
+                   "enable VT-x/AMD-V (SVM) in the firmware setup and reboot");
+    r.labels["cpu-virt"] = "none";
+  }
+  r.evidence.push_back({"cpuinfo arch", info.arch});
+  if (!info.model.empty()) r.evidence.push_back({"cpuinfo model name", info.model});
+  r.evidence.push_back({"cpuinfo flags", info.flags.count("vmx")   ? "vmx"
+                                         : info.flags.count("svm") ? "svm"
+                                                                   : "no vmx/svm"});
+  r.evidence.push_back({"cpuinfo hypervisor flag", hypervisor ? "present" : "absent"});
+  r.labels["hypervisor"] = hypervisor ? "true" : "false";
+  return r;
+}
+
+CheckResult CpuVirtProbe::run(const ProbeContext& ctx) {
+  auto text = readFile(ctx.host.proc("cpuinfo"));
+  if (!text) {
+    return makeResult("cpu-virt", Status::Unknown, "CpuInfoUnreadable", text.error().message,
+                      "check that the host's /proc is mounted (--host-root / --path.procfs)");
+  }
+  struct stat st {};
+  bool kvm_misc = ::stat(ctx.host.sys("class/misc/kvm").c_str(), &st) == 0;
+  auto r = evaluateCpuVirt(parseCpuInfo(*text), kvm_misc);
+  r.evidence.insert(r.evidence.begin(), {"source", ctx.host.proc("cpuinfo")});
+  return r;
+}
+
+}  // namespace nodegate

@@ -1,0 +1,64 @@
+#include "nodegate/host_root.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace nodegate {
+
+Error errnoError(int err, std::string what) {
+  return Error{err, "failed to " + what + ": " + std::strerror(err)};
+}
+
+HostRoot::HostRoot(std::string root) : root_(std::move(root)) {
+  if (root_.empty()) root_ = "/";
+  procfs_ = join(root_, "proc");
+  sysfs_ = join(root_, "sys");
+  devfs_ = join(root_, "dev");
+  rootfs_ = root_;
+}
+
+std::string HostRoot::join(const std::string& base, std::string_view rel) {
+  while (!rel.empty() && rel.front() == '/') rel.remove_prefix(1);
+  if (rel.empty()) return base;
+  std::string out = base;
+  if (out.empty() || out.back() != '/') out += '/';
+  out.append(rel);
+  return out;
+}
+
+Result<std::string> readFile(const std::string& path, std::size_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errnoError(errno, "open " + path);
+  std::string out;
+  char buf[8192];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return errnoError(err, "read " + path);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+    if (out.size() > max_bytes) {
+      ::close(fd);
+      return Error{EFBIG, "failed to read " + path + ": larger than " +
+                              std::to_string(max_bytes) + " bytes"};
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+Result<std::string> readValue(const std::string& path) {
+  auto r = readFile(path, 64u << 10);
+  if (!r) return r.error();
+  std::string s = std::move(r).value();
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
+  return s;
+}
+
+}  // namespace nodegate

@@ -1,0 +1,85 @@
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+
+#include "nodegate/config.h"
+#include "nodegate/host_root.h"
+#include "nodegate/registry.h"
+#include "nodegate/runner.h"
+
+namespace nodegate {
+namespace {
+
+TEST(HostRoot, JoinsPartsAndOverrides) {
+  HostRoot h("/host");
+  EXPECT_EQ(h.proc("cpuinfo"), "/host/proc/cpuinfo");
+  EXPECT_EQ(h.sys("/class/misc/kvm"), "/host/sys/class/misc/kvm");
+  h.setProcfs("/elsewhere/proc");
+  EXPECT_EQ(h.proc("modules"), "/elsewhere/proc/modules");
+  EXPECT_EQ(HostRoot("/").dev("kvm"), "/dev/kvm");
+}
+
+TEST(ReadFile, MissingFileKeepsErrno) {
+  auto r = readFile("/nonexistent/nodegate/file");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ENOENT);
+  EXPECT_EQ(r.error().message.rfind("failed to open", 0), 0u);
+}
+
+TEST(Config, RejectsUnknownKeysAndBadTypes) {
+  EXPECT_FALSE(parseConfig("{\"gaet\": {}}").ok());
+  EXPECT_FALSE(parseConfig("[1,2]").ok());
+  EXPECT_FALSE(parseConfig("{\"gate\": {\"required\": [1]}}").ok());
+  EXPECT_FALSE(parseConfig("{\"damping\": {\"lvm\": 0}}").ok());
+  EXPECT_FALSE(parseConfig("{").ok());
+  auto ok = parseConfig(R"({"gate":{"required":["tun"]},"checks":{"lvm":{"data_warn":70}}})");
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok->required, std::set<std::string>{"tun"});
+  EXPECT_EQ(ok->number("lvm", "data_warn", 80), 70);
+  EXPECT_EQ(ok->number("lvm", "missing", 80), 80);
+}
+
+TEST(Gate, UnknownNeverCountsAsPass) {
+  Config cfg;
+  cfg.required = {"a", "b"};
+  std::vector<CheckResult> rs = {makeResult("a", Status::Pass, "Ok", ""),
+                                 makeResult("b", Status::Unknown, "X", "")};
+  EXPECT_FALSE(gateOpen(rs, cfg));
+  EXPECT_EQ(gateBlockers(rs, cfg), std::vector<std::string>{"b"});
+  rs[1].status = Status::Pass;
+  EXPECT_TRUE(gateOpen(rs, cfg));
+  rs.pop_back();  // a required check that never ran keeps the gate closed
+  EXPECT_FALSE(gateOpen(rs, cfg));
+}
+
+class ThrowingProbe : public Probe {
+ public:
+  std::string_view name() const override { return "throws"; }
+  CheckResult run(const ProbeContext&) override { throw std::runtime_error("boom"); }
+};
+
+TEST(Runner, EscapedExceptionBecomesUnknown) {
+  ThrowingProbe p;
+  HostRoot h;
+  Config c;
+  auto r = runProbe(p, ProbeContext{h, c});
+  EXPECT_EQ(r.status, Status::Unknown);
+  EXPECT_EQ(r.reason, "ProbeError");
+  EXPECT_FALSE(r.hint.empty());
+}
+
+TEST(Registry, NamesAreUniqueAndKebabCase) {
+  auto probes = makeProbes(productionSeams());
+  ASSERT_FALSE(probes.empty());
+  std::set<std::string> seen;
+  std::regex kebab("^[a-z0-9]+(-[a-z0-9]+)*$");
+  for (const auto& p : probes) {
+    std::string n(p->name());
+    EXPECT_TRUE(std::regex_match(n, kebab)) << n;
+    EXPECT_TRUE(seen.insert(n).second) << "duplicate probe " << n;
+  }
+}
+
+}  // namespace
+}  // namespace nodegate

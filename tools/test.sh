@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# README's second command and what CI runs: install everything, build, run the whole suite.
+# Root/kernel tests need root (CI is root); run as root to get all of them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/install-deps.sh
+jobs=$(nproc)
+cmake -S . -B build >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs" "$@"
+# Fuzz targets: a separate clang build with libFuzzer + ASan/UBSan, each run briefly.
+if [ -f test/fuzz/CMakeLists.txt ]; then
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -DNODEGATE_FUZZ=ON >/dev/null
+  cmake --build build-fuzz -j"$jobs"
+  ctest --test-dir build-fuzz --output-on-failure
+fi
