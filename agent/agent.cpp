@@ -1,13 +1,254 @@
-// `nodegate agent` — the daemon. Placeholder until the agent issue lands its runner.
-#include <iostream>
+// `nodegate agent` — the daemon: wires the loop (agent_runner.h), kernel event sources
+// (events.h), publishers (metrics.h, kube/kube.h or a logging stand-in), extensions
+// (extension.h) and the two HTTP listeners (http_server.h), then waits for signals:
+// SIGTERM/SIGINT stop everything within a second, SIGHUP reloads --config.
+#include <signal.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "agent.h"
+#include "agent_runner.h"
 #include "commands.h"
+#include "events.h"
+#include "extension.h"
+#include "kube/kube.h"
+#include "metrics.h"
+#include "nodegate/log.h"
+#include "nodegate/registry.h"
+#include "nodegate/version.h"
+#include "page.h"
 
 namespace nodegate {
+namespace {
 
-int runAgent(const Options&) {
-  std::cerr << "nodegate: agent is not built yet\n";
-  return 2;
+// Stand-in for the Kubernetes publisher (--kube none, or auto with no cluster): logs the node
+// labels and taint it would write, once per change, so the daemon is useful without a cluster.
+class LoggingPublisher final : public Publisher {
+ public:
+  explicit LoggingPublisher(const Options& opts) : opts_(opts) {}
+  void publish(const Snapshot& snap) override {
+    if (!snap.complete) return;
+    std::map<std::string, std::string> labels;
+    for (const auto& c : snap.checks)
+      for (const auto& [k, v] : c.result.labels) labels[opts_.prefix + "/" + k] = v;
+    auto [gate_key, gate_value] = opts_.gateLabel();
+    if (snap.gate_open) labels[gate_key] = gate_value;
+    bool taint = opts_.taint && !snap.gate_open;
+    if (labels == last_ && taint == last_taint_ && seen_) return;
+    seen_ = true;
+    std::string text;
+    for (const auto& [k, v] : labels) text += (text.empty() ? "" : ",") + k + "=" + v;
+    log::info("kube none: would set node labels",
+              {{"node", opts_.node_name}, {"labels", text},
+               {"taint", taint ? opts_.prefix + "/not-ready:NoSchedule" : "none"}});
+    last_ = std::move(labels);
+    last_taint_ = taint;
+  }
+
+ private:
+  const Options& opts_;
+  std::map<std::string, std::string> last_;
+  bool last_taint_ = false;
+  bool seen_ = false;
+};
+
+}  // namespace
+
+void registerCoreRoutes(HttpRouter& router, const AgentEndpoints& ep) {
+  router.handle("/metrics", [ep](const HttpRequest&) {
+    if (ep.process) ep.process->refresh();
+    HttpResponse r = HttpResponse::text(200, serializeMetrics(*ep.registry));
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    return r;
+  });
+  router.handle("/healthz", [ep](const HttpRequest&) {
+    auto now = Runner::Clock::now();
+    auto last = ep.runner->lastCycle().value_or(ep.runner->started());
+    double age = std::chrono::duration<double>(now - last).count();
+    double limit = 3 * ep.runner->resync().count();
+    if (age > limit)
+      return HttpResponse::text(503, "unhealthy: no probe cycle finished in the last " +
+                                         std::to_string(static_cast<long>(age)) + " s\n");
+    return HttpResponse::text(200, "ok\n");
+  });
+  router.handle("/readyz", [ep](const HttpRequest&) {
+    if (!ep.runner->snapshot()->complete)
+      return HttpResponse::text(503, "not ready: first probe cycle not finished\n");
+    return HttpResponse::text(200, "ready\n");
+  });
+}
+
+void registerDebugRoutes(HttpRouter& router, const AgentEndpoints& ep) {
+  registerCoreRoutes(router, ep);
+  auto dump = [](const nlohmann::json& j) {
+    return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  };
+  router.handle("/api/v1/checks", [ep, dump](const HttpRequest&) {
+    return HttpResponse::json(200, dump(snapshotJson(*ep.runner->snapshot())));
+  });
+  router.handlePrefix("/api/v1/checks/", [ep, dump](const HttpRequest& req) {
+    std::string name = req.path.substr(std::string("/api/v1/checks/").size());
+    auto snap = ep.runner->snapshot();
+    if (const CheckState* st = snap->find(name)) return HttpResponse::json(200, dump(checkStateJson(*st)));
+    return HttpResponse::json(404, dump({{"error", "no such check"}, {"check", name}}));
+  });
+  router.handle("/", [ep](const HttpRequest&) {
+    return HttpResponse::html(200, renderPage(*ep.runner->snapshot(), ep.page_info, *ep.sections));
+  });
+}
+
+int runAgent(const Options& opts) {
+  auto loaded = buildConfig(opts);
+  if (!loaded) {
+    std::cerr << "nodegate: " << loaded.error().message << "\n";
+    return 2;
+  }
+  const Config initial_config = *loaded;
+
+  // Signals are taken synchronously by this thread; every thread started below inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  log::info("agent starting", {{"version", kVersion}, {"node", opts.node_name},
+                               {"host_root", opts.host_root}, {"kube", opts.kube}});
+  HostRoot host = opts.hostRoot();
+  auto registry = std::make_shared<prometheus::Registry>();
+
+  RunnerOptions ro;
+  ro.resync = std::chrono::duration<double>(opts.resync_seconds);
+  ro.registry = registry;
+  auto runner = std::make_shared<Runner>(makeProbes(productionSeams()), host, initial_config, ro);
+  runner->addPublisher(std::make_shared<MetricsPublisher>(registry));
+  if (opts.kube == "none") {
+    runner->addPublisher(std::make_shared<LoggingPublisher>(opts));
+  } else {
+    auto kube = makeKubePublisher(opts, initial_config, *registry);
+    if (kube) {
+      runner->addPublisher(std::shared_ptr<Publisher>(std::move(kube).value()));
+    } else if (opts.kube == "auto") {
+      log::warn("no kubernetes api: logging what would be published",
+                {{"error", kube.error().message}});
+      runner->addPublisher(std::make_shared<LoggingPublisher>(opts));
+    } else {
+      log::error("failed to start kubernetes publisher", {{"error", kube.error().message}});
+      return 1;
+    }
+  }
+  ProcessMetrics process(*registry, HostRoot("/"));
+
+  PageSections sections;
+  AgentEndpoints ep;
+  ep.runner = runner;
+  ep.registry = registry;
+  ep.process = &process;
+  ep.sections = &sections;
+  ep.page_info = PageInfo{opts.node_name, kVersion, 10,
+                          {initial_config.required.begin(), initial_config.required.end()}};
+  auto core_routes = std::make_shared<HttpRouter>();
+  auto debug_routes = std::make_shared<HttpRouter>();
+  registerCoreRoutes(*core_routes, ep);
+  registerDebugRoutes(*debug_routes, ep);
+
+  runner->start();
+  auto events = KernelEvents::start(host, [runner](std::uint32_t bits) { runner->trigger(bits); },
+                                    registry);
+  if (!events) log::warn("kernel events off: only the resync timer re-runs probes",
+                         {{"error", events.error().message}});
+
+  int rc = 0;
+  std::vector<std::unique_ptr<HttpServer>> servers;
+  auto listen = [&](const std::string& addr, std::shared_ptr<HttpRouter> routes, const char* name) {
+    auto s = HttpServer::start(addr, routes, name);
+    if (!s) {
+      log::error("failed to start http listener", {{"listener", name}, {"error", s.error().message}});
+      return false;
+    }
+    servers.push_back(std::move(s).value());
+    return true;
+  };
+  if (!listen(opts.listen, core_routes, "metrics") ||
+      (!opts.debug_listen.empty() && !listen(opts.debug_listen, debug_routes, "debug")))
+    rc = 1;
+
+  // Extensions may take seconds to start (loading BPF programs): they start on their own thread
+  // so /healthz, /metrics and signals are served meanwhile; routes they add appear when ready.
+  AgentServices services{opts,     host,     initial_config, registry, *debug_routes, sections,
+                         [runner](std::uint32_t bits) { runner->trigger(bits); },
+                         [runner] { return runner->snapshot(); }};
+  std::mutex ext_mu;
+  std::vector<std::unique_ptr<Extension>> extensions;
+  auto ext_done = std::make_shared<std::atomic<bool>>(false);
+  std::thread ext_starter;
+  if (rc == 0) {
+    ext_starter = std::thread([&services, &ext_mu, &extensions, ext_done] {
+      for (auto& f : agentExtensions()) {
+        auto ext = f.start(services);
+        std::lock_guard l(ext_mu);
+        if (ext)
+          extensions.push_back(std::move(ext).value());
+        else
+          log::warn("extension not started", {{"extension", f.name}, {"error", ext.error().message}});
+      }
+      *ext_done = true;
+    });
+  }
+
+  while (rc == 0) {
+    siginfo_t info{};
+    int sig = sigwaitinfo(&sigs, &info);
+    if (sig < 0) continue;  // EINTR from a stop/cont
+    if (sig == SIGHUP) {
+      if (opts.config_path.empty()) {
+        log::info("SIGHUP: no --config to reload");
+        continue;
+      }
+      auto fresh = buildConfig(opts);
+      if (!fresh) {
+        log::error("failed to reload config: keeping the previous one",
+                   {{"path", opts.config_path}, {"error", fresh.error().message}});
+        continue;
+      }
+      log::info("config reloaded", {{"path", opts.config_path}});
+      runner->reload(std::move(fresh).value());
+      continue;
+    }
+    log::info("agent stopping", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+    break;
+  }
+
+  servers.clear();
+  bool starter_stuck = ext_starter.joinable() && !*ext_done;
+  if (starter_stuck) {
+    // Still inside an extension's start (a slow BPF load): do not wait for it.
+    log::warn("extension still starting at shutdown: abandoned");
+    ext_starter.detach();
+  } else if (ext_starter.joinable()) {
+    ext_starter.join();
+  }
+  if (!starter_stuck) {
+    std::lock_guard l(ext_mu);
+    extensions.clear();
+  }
+  if (events) events.value().reset();
+  int abandoned = runner->stop();
+  log::info("agent stopped", {{"abandoned_probes", std::to_string(abandoned)}});
+  if (abandoned > 0 || starter_stuck) {
+    // A stuck probe thread still runs: leave without running destructors under it.
+    std::fflush(nullptr);
+    ::_exit(rc);
+  }
+  return rc;
 }
 
 }  // namespace nodegate

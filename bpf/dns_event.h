@@ -1,6 +1,14 @@
-/* The record the DNS tracer's BPF programs put on the ring buffer; shared by bpf/*.bpf.c and
+/* The record the DNS tracer's BPF programs put on the ring buffer; shared by the programs in bpf/ and
  * user space. Plain C, fixed-width types only, no vmlinux types. Layout changes need both sides
- * rebuilt (they are, in one build). */
+ * rebuilt (they are, in one build).
+ *
+ * Changelog (owner: bpf helper; tell the user-space side when this changes):
+ * - 2026-11-29 added NG_DIR_NONE (drop events: kfree_skb has no direction), NG_F_VLAN (frame
+ *   carried 802.1Q/802.1ad tags), NG_F_FRAG (first fragment of a fragmented datagram),
+ *   NG_F_HOP_SET (hop came from the per-device map; 0 without it means "unconfigured device").
+ *   netns_cookie is filled by tc events (bpf_get_netns_cookie) and by drop events (struct net).
+ *   pkt_len = L3 length (IP header + payload) as seen, so truncation can be recognised. No field
+ *   moved. */
 #ifndef NODEGATE_DNS_EVENT_H
 #define NODEGATE_DNS_EVENT_H
 
@@ -20,6 +28,7 @@ enum ng_dns_event_kind {
 enum ng_dns_dir {
   NG_DIR_INGRESS = 0,
   NG_DIR_EGRESS = 1,
+  NG_DIR_NONE = 2, /* NG_EV_DROP */
 };
 
 /* flags */
@@ -28,7 +37,10 @@ enum ng_dns_dir {
 #define NG_F_TCP 0x0004       /* carried over TCP (length prefix parsed) */
 #define NG_F_IPV6 0x0008      /* IPv6 packet */
 #define NG_F_PARSE_ERR 0x0010 /* port 53 but not parseable DNS (qname empty) */
-#define NG_F_QNAME_TRUNC 0x0020
+#define NG_F_QNAME_TRUNC 0x0020 /* name longer than NG_DNS_QNAME_MAX-1: kept prefix */
+#define NG_F_VLAN 0x0040        /* 802.1Q/802.1ad tag(s) in the frame (skipped, up to two) */
+#define NG_F_FRAG 0x0080        /* first fragment of a fragmented IP datagram */
+#define NG_F_HOP_SET 0x0100     /* hop looked up from the device map */
 
 struct ng_dns_event {
   __u64 ts_ns;          /* bpf_ktime_get_ns() */

@@ -21,7 +21,7 @@ TEST_PKGS=(
   iproute2 nftables iptables dnsmasq bind9-dnsutils dnsperf tcpdump
   dbus adjtimex lvm2 util-linux e2fsprogs kmod procps
   libvirt-clients prometheus-node-exporter
-  python3 curl jq hyperfine
+  python3 curl jq hyperfine openssl python3-yaml
   nodejs unzip
 )
 # Chromium is only needed by the page test; prometheus/promtool without recommends.

@@ -12,5 +12,5 @@ ctest --test-dir build --output-on-failure -j"$jobs" "$@"
 if [ -f test/fuzz/CMakeLists.txt ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -DNODEGATE_FUZZ=ON >/dev/null
   cmake --build build-fuzz -j"$jobs"
-  ctest --test-dir build-fuzz --output-on-failure
+  ctest --test-dir build-fuzz --output-on-failure -j"$jobs"
 fi

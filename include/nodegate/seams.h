@@ -6,8 +6,12 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "nodegate/result.h"
@@ -43,10 +47,63 @@ class Exec {
                                  std::size_t max_output = 16u << 20) = 0;
 };
 
+// A D-Bus property value reduced to what probes compare. The signature is kept so a probe can
+// report a property of the wrong type instead of misreading it; containers stay monostate.
+struct DBusValue {
+  std::string signature;  // "b", "s", "o", "u", "t", "d", "as"...
+  std::variant<std::monostate, bool, std::int64_t, std::uint64_t, double, std::string> value;
+};
+using DBusProperties = std::map<std::string, DBusValue>;
+
+// One client of one bus. No call blocks its caller longer than the client's timeout (a slow or
+// wedged peer becomes an error); the client connects lazily, reconnects with backoff and
+// reports a missing bus or service as an error, never an exception.
+class DBusClient {
+ public:
+  virtual ~DBusClient() = default;
+  // org.freedesktop.DBus.Properties.GetAll(interface) on service's object at path.
+  virtual Result<DBusProperties> getAll(const std::string& service, const std::string& path,
+                                        const std::string& interface) = 0;
+  // A method that takes one string and returns one object path (systemd1 Manager.LoadUnit).
+  virtual Result<std::string> callForPath(const std::string& service, const std::string& path,
+                                          const std::string& interface, const std::string& method,
+                                          const std::string& arg) = 0;
+  // Calls fn on every PropertiesChanged of interface at path, and whenever the bus connection is
+  // lost or re-established (anything may have changed meanwhile). A client with a watch keeps
+  // itself connected. fn runs on the client's own thread: keep it short and non-blocking.
+  virtual void watchProperties(const std::string& path, const std::string& interface,
+                               std::function<void()> fn) = 0;
+};
+
+class DBus {
+ public:
+  virtual ~DBus() = default;
+  // address is a D-Bus address ("unix:path=/run/dbus/system_bus_socket"); timeout bounds calls.
+  virtual std::unique_ptr<DBusClient> client(const std::string& address,
+                                             std::chrono::milliseconds timeout) = 0;
+};
+
+// The kernel clock's discipline state as adjtimex(2) reports it, read-only (modes = 0).
+struct KernelTimex {
+  int state = 0;         // return value: TIME_OK (0) .. TIME_ERROR (5)
+  int status = 0;        // STA_* bits
+  long maxerror_us = 0;  // maximum error bound
+  long esterror_us = 0;  // estimated error
+  long offset = 0;       // nanoseconds when status has STA_NANO, else microseconds
+};
+
+class KernelClock {
+ public:
+  virtual ~KernelClock() = default;
+  virtual Result<KernelTimex> adjtimex() = 0;
+};
+
 // The production seams, plus room for the D-Bus, netlink and udev ones the agent adds.
 struct Seams {
   std::shared_ptr<DeviceIo> device;
   std::shared_ptr<Exec> exec;
+  std::shared_ptr<DBus> dbus;
+  std::shared_ptr<KernelClock> clock;
 };
 
 // Real implementations (probes/sys/).

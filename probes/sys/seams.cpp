@@ -4,11 +4,15 @@ namespace nodegate {
 
 std::shared_ptr<DeviceIo> makeSysDeviceIo();
 std::shared_ptr<Exec> makeSysExec();
+std::shared_ptr<DBus> makeSysDBus();
+std::shared_ptr<KernelClock> makeSysKernelClock();
 
 Seams productionSeams() {
   Seams s;
   s.device = makeSysDeviceIo();
   s.exec = makeSysExec();
+  s.dbus = makeSysDBus();
+  s.clock = makeSysKernelClock();
   return s;
 }
 

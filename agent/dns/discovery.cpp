@@ -1,0 +1,184 @@
+#include "dns/discovery.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <map>
+#include <set>
+#include <thread>
+
+#include <netlink/cache.h>
+#include <netlink/netlink.h>
+#include <netlink/route/link.h>
+
+#include "dns_path.h"
+
+namespace nodegate::dns {
+namespace {
+
+Result<std::vector<LinkInfo>> listLinksHere() {
+  nl_sock* sk = nl_socket_alloc();
+  if (!sk) return Error{ENOMEM, "failed to allocate netlink socket"};
+  std::vector<LinkInfo> out;
+  int err = nl_connect(sk, NETLINK_ROUTE);
+  nl_cache* cache = nullptr;
+  if (err == 0) err = rtnl_link_alloc_cache(sk, AF_UNSPEC, &cache);
+  if (err < 0) {
+    nl_socket_free(sk);
+    return Error{0, std::string("failed to list links: ") + nl_geterror(err)};
+  }
+  for (nl_object* o = nl_cache_get_first(cache); o; o = nl_cache_get_next(o)) {
+    auto* l = reinterpret_cast<rtnl_link*>(o);
+    LinkInfo li;
+    li.ifindex = rtnl_link_get_ifindex(l);
+    if (const char* n = rtnl_link_get_name(l)) li.name = n;
+    if (const char* k = rtnl_link_get_type(l)) li.kind = k;
+    li.peer_ifindex = static_cast<int>(rtnl_link_get_link(l));
+    li.master = static_cast<int>(rtnl_link_get_master(l));
+    out.push_back(std::move(li));
+  }
+  nl_cache_free(cache);
+  nl_socket_free(sk);
+  return out;
+}
+
+bool startsWith(const std::string& s, std::string_view p) {
+  return s.rfind(p, 0) == 0;
+}
+
+}  // namespace
+
+Result<std::vector<LinkInfo>> listLinks(const std::string& netns_path) {
+  if (netns_path.empty()) return listLinksHere();
+  int fd = ::open(netns_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errnoError(errno, "open netns " + netns_path);
+  // setns() changes only the calling thread's netns; a thread of its own keeps every other
+  // thread (and this one's caller) where it was, and the netns is left when the thread ends.
+  Result<std::vector<LinkInfo>> result = Error{0, "not run"};
+  std::thread t([&] {
+    if (::setns(fd, CLONE_NEWNET) != 0) {
+      result = errnoError(errno, "enter netns " + netns_path);
+      return;
+    }
+    result = listLinksHere();
+  });
+  t.join();
+  ::close(fd);
+  return result;
+}
+
+Result<std::uint64_t> netnsInode(const std::string& netns_path) {
+  struct stat st {};
+  // Our own netns through our own procfs, not --host-root's: the agent is the observer.
+  const std::string p = netns_path.empty() ? HostRoot("/").proc("thread-self/ns/net") : netns_path;
+  if (::stat(p.c_str(), &st) != 0) return errnoError(errno, "stat netns " + p);
+  return static_cast<std::uint64_t>(st.st_ino);
+}
+
+std::vector<HopDevice> assignHops(const std::vector<NetnsView>& views) {
+  std::vector<HopDevice> out;
+  auto add = [&](const NetnsView& v, const LinkInfo& l, Hop hop, const std::string& vmi) {
+    out.push_back({v.path, v.ino, l.ifindex, l.name, hop, vmi});
+  };
+  auto isLauncher = [](const NetnsView& v) {
+    if (v.role == NetnsRole::Launcher) return true;
+    if (v.role == NetnsRole::Self) return false;
+    for (const auto& l : v.links)
+      if (startsWith(l.name, "k6t-")) return true;
+    return false;
+  };
+  // The veth in another netns whose peer is `l` of view `v` (crosswise ifindex match: a pair is
+  // the only way both indexes line up).
+  auto peerOf = [&](const NetnsView& v,
+                    const LinkInfo& l) -> std::pair<const NetnsView*, const LinkInfo*> {
+    for (const auto& w : views) {
+      if (&w == &v || w.ino == v.ino || isLauncher(w)) continue;
+      for (const auto& m : w.links)
+        if (m.ifindex == l.peer_ifindex && m.peer_ifindex == l.ifindex) return {&w, &m};
+    }
+    return {nullptr, nullptr};
+  };
+
+  std::set<std::uint64_t> host_side;  // netns holding the host end of some launcher's eth0
+  for (const auto& v : views) {
+    if (!isLauncher(v)) continue;
+    std::string vmi = v.vmi;
+    if (vmi.empty()) {
+      auto slash = v.path.find_last_of('/');
+      vmi = "netns/" + (slash == std::string::npos ? v.path : v.path.substr(slash + 1));
+    }
+    std::set<int> bridges;
+    for (const auto& l : v.links)
+      if (startsWith(l.name, "k6t-")) bridges.insert(l.ifindex);
+    for (const auto& l : v.links) {
+      if (bridges.count(l.ifindex)) {
+        add(v, l, Hop::Bridge, vmi);
+      } else if (bridges.count(l.master) || startsWith(l.name, "tap")) {
+        add(v, l, Hop::Tap, vmi);
+      } else if (l.name == "eth0") {
+        add(v, l, Hop::LauncherEth0, vmi);
+        auto [w, m] = peerOf(v, l);
+        if (m) {
+          add(*w, *m, Hop::HostVeth, vmi);
+          host_side.insert(w->ino);
+        }
+      }
+    }
+  }
+  for (const auto& v : views) {
+    if (v.role != NetnsRole::Extra || isLauncher(v) || host_side.count(v.ino)) continue;
+    for (const auto& l : v.links) {
+      if (l.name != "eth0" || l.peer_ifindex == 0) continue;
+      auto [w, m] = peerOf(v, l);
+      if (!m) continue;  // not a veth into a netns we know: nothing to call HostOut
+      add(v, l, Hop::Server, "");
+      add(*w, *m, Hop::HostOut, "");
+    }
+  }
+  return out;
+}
+
+DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string>& extra_netns) {
+  DiscoveryResult res;
+  std::vector<NetnsView> views;
+  std::set<std::uint64_t> seen;
+  auto addView = [&](std::string path, NetnsRole role, std::string vmi) -> NetnsView* {
+    auto ino = netnsInode(path);
+    if (!ino) {
+      res.errors.push_back(ino.error().message);
+      return nullptr;
+    }
+    if (!seen.insert(*ino).second) {
+      // Same netns reached twice (a --dns-netns bind mount of a launcher's netns): keep the
+      // richer identity.
+      for (auto& v : views)
+        if (v.ino == *ino && v.vmi.empty()) v.vmi = vmi;
+      return nullptr;
+    }
+    auto links = listLinks(path);
+    if (!links) {
+      res.errors.push_back(links.error().message);
+      seen.erase(*ino);
+      return nullptr;
+    }
+    views.push_back({std::move(path), *ino, role, std::move(vmi), std::move(links).value()});
+    return &views.back();
+  };
+  addView("", NetnsRole::Self, "");
+  for (const auto& p : findVirtLaunchers(host))
+    addView(p.netns_path, NetnsRole::Launcher,
+            p.vmi.empty() ? "pid/" + std::to_string(p.pid) : p.vmi);
+  for (const auto& p : extra_netns) addView(p, NetnsRole::Extra, "");
+  for (const auto& v : views) {
+    bool launcher = v.role == NetnsRole::Launcher;
+    for (const auto& l : v.links)
+      launcher |= v.role == NetnsRole::Extra && startsWith(l.name, "k6t-");
+    if (launcher) ++res.launchers;
+  }
+  res.devices = assignHops(views);
+  return res;
+}
+
+}  // namespace nodegate::dns

@@ -1,0 +1,71 @@
+// Hop discovery: which devices in which network namespaces carry a guest's DNS path, and which
+// hop each one is (agent/dns/hops.h). The kernel-facing part lists links inside a netns over
+// rtnetlink (libnl) from a short-lived thread that setns()es, so the agent's own threads never
+// change namespace; the assignment of hops is pure and tested on literal link tables.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dns/hops.h"
+#include "nodegate/host_root.h"
+#include "nodegate/result.h"
+
+namespace nodegate::dns {
+
+struct LinkInfo {
+  int ifindex = 0;
+  std::string name;
+  std::string kind;      // rtnetlink IFLA_INFO_KIND: "veth", "bridge", "tun", "" when none
+  int peer_ifindex = 0;  // IFLA_LINK: a veth's peer (in whatever netns the peer lives)
+  int master = 0;        // bridge the link is enslaved to
+};
+
+// Lists the links of the netns at netns_path ("" = the caller's own).
+Result<std::vector<LinkInfo>> listLinks(const std::string& netns_path);
+// st_ino of a netns file: what the tracer stamps on events (ng_dns_event::netns_ino).
+Result<std::uint64_t> netnsInode(const std::string& netns_path);
+
+enum class NetnsRole {
+  Self,      // the agent's own netns (the node's, under hostNetwork)
+  Launcher,  // a virt-launcher pod's netns (found from a process)
+  Extra,     // --dns-netns: a launcher (has k6t-*), the host side, or a DNS server's netns
+};
+
+struct NetnsView {
+  std::string path;  // "" for Self
+  std::uint64_t ino = 0;
+  NetnsRole role = NetnsRole::Extra;
+  std::string vmi;  // launchers: "ns/name"; "" when unknown
+  std::vector<LinkInfo> links;
+};
+
+struct HopDevice {
+  std::string netns_path;
+  std::uint64_t netns_ino = 0;
+  int ifindex = 0;
+  std::string ifname;
+  Hop hop = Hop::Unknown;
+  std::string vmi;  // "" on devices every guest shares (the DNS server's side)
+
+  bool operator==(const HopDevice&) const = default;
+};
+
+// Assigns hops: in a launcher netns (a k6t-* bridge), tap* and other ports of the bridge are Tap,
+// the bridge is Bridge, eth0 is LauncherEth0; the veth whose peer is that eth0, in any other
+// netns, is HostVeth. A non-launcher extra netns with an eth0 veth that is nobody's host side is a
+// DNS server's: its eth0 is Server and its peer is HostOut. A launcher without a known VMI is
+// named after its netns file ("netns/<basename>") so its queries are still kept apart.
+std::vector<HopDevice> assignHops(const std::vector<NetnsView>& views);
+
+// Everything discovery reads from the host: virt-launcher processes (via HostRoot) and extra
+// netns paths, each listed with listLinks(). Netns that cannot be read are skipped and reported.
+struct DiscoveryResult {
+  std::vector<HopDevice> devices;
+  std::size_t launchers = 0;  // launcher netns found (processes + extras with a k6t bridge)
+  std::vector<std::string> errors;
+};
+DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string>& extra_netns);
+
+}  // namespace nodegate::dns

@@ -1,0 +1,43 @@
+// Kernel event sources of the agent loop: one thread polling
+//   - libudev monitors, kernel source (raw uevents, works without udevd) and udev source (after
+//     udevd processed them, when udevd runs): misc -> kTriggerUdevMisc, block -> kTriggerUdevBlock,
+//     net -> kTriggerNetLink;
+//   - an rtnetlink socket (libnl) on RTNLGRP_LINK: link add/remove/change -> kTriggerNetLink;
+//   - the host's mount table (<proc>/1/mountinfo, POLLPRI on change) -> kTriggerMounts.
+// Each source that cannot be opened is logged and skipped; the resync timer still covers it.
+// Counts what it sees in nodegate_agent_kernel_events_total{source,subsystem}.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include <prometheus/registry.h>
+
+#include "nodegate/host_root.h"
+#include "nodegate/result.h"
+
+namespace nodegate {
+
+class KernelEvents {
+ public:
+  using Sink = std::function<void(std::uint32_t trigger_bits)>;
+
+  // registry may be null. Error only when no source at all could be opened.
+  static Result<std::unique_ptr<KernelEvents>> start(const HostRoot& host, Sink sink,
+                                                     std::shared_ptr<prometheus::Registry> registry);
+  ~KernelEvents();  // stops and joins the thread
+  KernelEvents(const KernelEvents&) = delete;
+  KernelEvents& operator=(const KernelEvents&) = delete;
+
+  struct Impl;
+
+ private:
+  KernelEvents() = default;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The trigger bit of a udev subsystem (0 for subsystems the agent does not watch).
+std::uint32_t triggerForSubsystem(const char* subsystem);
+
+}  // namespace nodegate

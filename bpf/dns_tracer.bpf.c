@@ -1,0 +1,552 @@
+/* The DNS tracer's kernel side: a tc classifier (one program per direction) that reports every DNS
+ * packet it sees on a device, and a skb:kfree_skb raw tracepoint that reports DNS packets the kernel
+ * drops, with the drop reason. Both share one parser (L3 → L4 → DNS header → question) that reads
+ * through ng_load(): bpf_skb_load_bytes() for tc, bpf_probe_read_kernel() for the tracepoint.
+ *
+ * Why these hooks: tc sees every frame on the KubeVirt devices (tap, bridge, veth) including
+ * forwarded ones that never meet a socket; kprobes and fentry are unavailable on the target kernels,
+ * and a raw tracepoint needs neither nor tracefs. Both only observe: tc returns TC_ACT_UNSPEC so the
+ * next filter (or the default) decides, exactly as if we were not attached. */
+#include "vmlinux.h"
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "core_fixes.bpf.h"
+#include "dns_event.h"
+#include "dns_tracer_maps.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Set by the loader before load. */
+const volatile __u32 cfg_wakeup_bytes = 0; /* force a wakeup once this much data waits; 0 = never */
+const volatile __u16 cfg_dns_port = 53;
+
+struct {
+  __uint(type, BPF_MAP_TYPE_RINGBUF);
+  __uint(max_entries, 4 << 20); /* resized by the loader */
+} ng_events SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, NG_HOPS_MAX);
+  __type(key, struct ng_hop_key);
+  __type(value, __u8);
+} ng_hops SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, NG_STAT_MAX);
+  __type(key, __u32);
+  __type(value, __u64);
+} ng_stats SEC(".maps");
+
+/* Raw question bytes: 255 (longest wire name) + 4 (qtype, qclass) fit; the power-of-two size lets
+ * index masks prove bounds to the verifier. */
+#define NG_RAW_MAX 259
+#define NG_RAW_SIZE 512
+struct ng_raw {
+  __u8 b[NG_RAW_SIZE];
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct ng_raw);
+} ng_scratch SEC(".maps");
+
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+
+#define ETH_P_IP_ 0x0800
+#define ETH_P_IPV6_ 0x86DD
+#define ETH_P_8021Q_ 0x8100
+#define ETH_P_8021AD_ 0x88A8
+#define IPPROTO_TCP_ 6
+#define IPPROTO_UDP_ 17
+#define TC_ACT_UNSPEC_ (-1)
+
+/* Where packet bytes come from. Offsets are relative to `base` (tc: the frame start; kfree_skb:
+ * the network header), `len` bytes are readable from there. */
+struct ng_src {
+  struct __sk_buff *skb; /* tc */
+  __u8 *data, *data_end; /* tc: linear packet data, for direct reads */
+  const __u8 *base;      /* kfree_skb: kernel address of the network header */
+  __u32 len;
+  bool kern;
+};
+
+/* What the L2–L4 walk found. */
+struct ng_meta {
+  __u8 saddr[16];
+  __u8 daddr[16];
+  __u16 sport;
+  __u16 dport;
+  __u16 flags;
+  __u16 l3_len;
+  __u32 dns_off; /* first byte of the DNS message (after the TCP length prefix) */
+  __u32 dns_end; /* one past its last readable byte */
+};
+
+static __always_inline void ng_count(__u32 stat)
+{
+  __u64 *v = bpf_map_lookup_elem(&ng_stats, &stat);
+
+  if (v)
+    *v += 1;
+}
+
+/* n must be a constant or a verifier-bounded value > 0 at every call site. */
+static __always_inline int ng_load(const struct ng_src *s, __u32 off, void *dst, __u64 n)
+{
+  if (off > s->len || n > s->len - off)
+    return -1;
+  if (s->kern)
+    return bpf_probe_read_kernel(dst, n, s->base + off);
+  return bpf_skb_load_bytes(s->skb, off, dst, n);
+}
+
+/* Fixed-size header reads. In tc they come straight from the linear packet data (a few loads
+ * instead of a helper call, which is most of the cost for non-DNS packets); headers that are not
+ * in the linear part (rare: the stack pulls L2-L4 headers) make the packet skipped, not read
+ * through a slower fallback, which would double the paths the verifier walks at every read. The
+ * tracepoint reads through bpf_probe_read_kernel(). */
+#define NG_LOAD_HDR(s, off, dst, n)                                                              \
+  ({                                                                                             \
+    int __r = -1;                                                                                \
+    __u32 __o = (off);                                                                           \
+    if ((s)->kern) {                                                                             \
+      __r = ng_load((s), __o, (dst), (n));                                                       \
+    } else if (__o < 0x3FFF && (s)->data + __o + (n) <= (s)->data_end) {                         \
+      __builtin_memcpy((dst), (s)->data + __o, (n));                                             \
+      __r = 0;                                                                                   \
+    }                                                                                            \
+    __r;                                                                                         \
+  })
+
+static __always_inline __u16 ng_be16(const __u8 *p)
+{
+  return ((__u16)p[0] << 8) | p[1];
+}
+
+static __always_inline __u32 ng_min(__u32 a, __u32 b)
+{
+  return a < b ? a : b;
+}
+
+/* IPv6: walk extension headers to the L4 header. Returns the L4 protocol, or -1 to stop. Real
+ * DNS traffic carries at most a fragment header; every header kind a walk can take multiplies the
+ * paths the verifier explores, so the walk stops (and counts NG_STAT_EXT) after a few. */
+#define NG_IPV6_EXT_MAX 3
+static __always_inline int ng_ipv6_ext(const struct ng_src *s, __u32 *off, __u8 next,
+                                       struct ng_meta *m)
+{
+  __u8 h[8];
+
+#pragma unroll
+  for (int i = 0; i < NG_IPV6_EXT_MAX; i++) {
+    switch (next) {
+    case IPPROTO_UDP_:
+    case IPPROTO_TCP_:
+      return next;
+    case 0:  /* hop-by-hop options */
+    case 43: /* routing */
+    case 60: /* destination options */
+      if (NG_LOAD_HDR(s, *off, h, 2))
+        return -1;
+      next = h[0];
+      *off += ((__u32)h[1] + 1) * 8;
+      break;
+    case 51: /* AH: length in 4-octet units minus 2 */
+      if (NG_LOAD_HDR(s, *off, h, 2))
+        return -1;
+      next = h[0];
+      *off += ((__u32)h[1] + 2) * 4;
+      break;
+    case 44: { /* fragment */
+      if (NG_LOAD_HDR(s, *off, h, 8))
+        return -1;
+      __u16 fo = ng_be16(&h[2]);
+      if (fo & 0xFFF8) { /* offset != 0: no L4 header here */
+        ng_count(NG_STAT_FRAG);
+        return -1;
+      }
+      if (fo & 1)
+        m->flags |= NG_F_FRAG;
+      next = h[0];
+      *off += 8;
+      break;
+    }
+    case 59: /* no next header */
+      return -1;
+    default: /* ESP (encrypted) and anything else we cannot see through */
+      if (next == 50)
+        ng_count(NG_STAT_EXT);
+      return -1;
+    }
+  }
+  if (next == IPPROTO_UDP_ || next == IPPROTO_TCP_)
+    return next;
+  ng_count(NG_STAT_EXT);
+  return -1;
+}
+
+/* L3 at `off` (version 4 or 6) → L4 → start/end of the DNS message. Returns 0 for a port-53
+ * packet with a DNS message start, -1 otherwise (the common non-DNS exit). */
+static __always_inline int ng_parse_l3(const struct ng_src *s, __u32 off, int version,
+                                       struct ng_meta *m)
+{
+  __u8 h[40];
+  __u32 l3_off = off, l3_end;
+  int proto;
+
+  if (version == 4) {
+    if (NG_LOAD_HDR(s, off, h, 20))
+      return -1;
+    __u32 ihl = (h[0] & 0x0F) * 4;
+    __u16 fo = ng_be16(&h[6]);
+    if ((h[0] >> 4) != 4 || ihl < 20)
+      return -1;
+    proto = h[9];
+    if (proto != IPPROTO_UDP_ && proto != IPPROTO_TCP_)
+      return -1;
+    if (fo & 0x1FFF) {
+      ng_count(NG_STAT_FRAG);
+      return -1;
+    }
+    if (fo & 0x2000)
+      m->flags |= NG_F_FRAG;
+    __builtin_memcpy(m->saddr, &h[12], 4);
+    __builtin_memcpy(m->daddr, &h[16], 4);
+    l3_end = l3_off + ng_be16(&h[2]);
+    off += ihl;
+  } else {
+    if (NG_LOAD_HDR(s, off, h, 40))
+      return -1;
+    if ((h[0] >> 4) != 6)
+      return -1;
+    __builtin_memcpy(m->saddr, &h[8], 16);
+    __builtin_memcpy(m->daddr, &h[24], 16);
+    m->flags |= NG_F_IPV6;
+    l3_end = l3_off + 40 + ng_be16(&h[4]);
+    off += 40;
+    proto = ng_ipv6_ext(s, &off, h[6], m);
+    if (proto < 0)
+      return -1;
+  }
+  /* A truncated capture (or a lying length field) ends where the bytes end. */
+  l3_end = ng_min(l3_end, s->len);
+  m->l3_len = (__u16)ng_min(l3_end - l3_off, 0xFFFF);
+
+  if (proto == IPPROTO_UDP_) {
+    if (NG_LOAD_HDR(s, off, h, 8))
+      return -1;
+    m->sport = ng_be16(&h[0]);
+    m->dport = ng_be16(&h[2]);
+    if (m->sport != cfg_dns_port && m->dport != cfg_dns_port)
+      return -1;
+    m->dns_off = off + 8;
+    m->dns_end = ng_min(l3_end, off + ng_be16(&h[4]));
+  } else {
+    if (NG_LOAD_HDR(s, off, h, 20))
+      return -1;
+    m->sport = ng_be16(&h[0]);
+    m->dport = ng_be16(&h[2]);
+    if (m->sport != cfg_dns_port && m->dport != cfg_dns_port)
+      return -1;
+    if ((h[12] >> 4) < 5)
+      return -1;
+    off += (h[12] >> 4) * 4;
+    /* SYN, ACK, FIN: no payload, nothing to report, decided from the lengths alone. A segment
+     * carrying a message starts with the 2-byte length prefix (RFC 1035 4.2.2); later segments of a
+     * long message fail the header check. The payload is read with ng_load(), not direct access:
+     * a TCP socket puts what it sends in page fragments, so the linear data of a real segment ends
+     * with the TCP header (BPF_PROG_TEST_RUN frames are all linear and hid this). */
+    if (off + 2 > l3_end || ng_load(s, off, h, 2))
+      return -1;
+    m->flags |= NG_F_TCP;
+    m->dns_off = off + 2;
+    m->dns_end = ng_min(l3_end, off + 2 + ng_be16(&h[0]));
+  }
+  if (m->dns_end < m->dns_off + 12) {
+    ng_count(NG_STAT_SHORT);
+    return -1;
+  }
+  return 0;
+}
+
+/* Question name (wire format) in raw[0..n) → dotted text in ev->qname, then qtype. Compression
+ * pointers are rejected: in the question section nothing precedes the name, so any pointer is
+ * either forward (invalid) or a loop. The loop steps from label to label (at most 128 in a 255-byte
+ * name) and turns each inner length byte into a '.' in place, so the dotted name is raw[1..w). */
+static __always_inline void ng_parse_question(__u8 *raw, __u32 n, struct ng_dns_event *ev)
+{
+  __u32 w = 0; /* index of the current length byte */
+  int i;
+
+  for (i = 0; i < 128; i++) {
+    if (w >= n)
+      goto bad; /* name runs past the packet */
+    __u8 c = raw[w & (NG_RAW_SIZE - 1)];
+    if (c == 0)
+      break;
+    if (c & 0xC0)
+      goto bad; /* compression pointer (0xC0) or reserved label type */
+    if (w > 0)
+      raw[w & (NG_RAW_SIZE - 1)] = '.';
+    w += c + 1;
+    if (w > 255)
+      goto bad; /* longer than the 255-byte limit of RFC 1035 */
+  }
+  if (i == 128)
+    goto bad;
+  if (w + 2 < n) {
+    /* The compiler knows w <= 255 and drops masks; the barriers keep them for the verifier. */
+    __u32 q1 = w + 1, q2 = w + 2;
+    barrier_var(q1);
+    barrier_var(q2);
+    ev->qtype = ((__u16)raw[q1 & (NG_RAW_SIZE - 1)] << 8) | raw[q2 & (NG_RAW_SIZE - 1)];
+  } else
+    ev->flags |= NG_F_PARSE_ERR; /* qtype cut off */
+  __u32 len = w > 0 ? w - 1 : 0; /* dotted length */
+  if (len > NG_DNS_QNAME_MAX - 1) {
+    len = NG_DNS_QNAME_MAX - 1;
+    ev->flags |= NG_F_QNAME_TRUNC;
+  }
+  barrier_var(len);
+  len &= NG_DNS_QNAME_MAX - 1;
+  if (len > 0)
+    bpf_probe_read_kernel(ev->qname, len, &raw[1]);
+  ev->qname[len] = 0;
+  return;
+bad:
+  ev->qname[0] = 0;
+  ev->flags |= NG_F_PARSE_ERR;
+}
+
+/* Envelope of one event: where it was seen. */
+struct ng_where {
+  __u64 netns_cookie;
+  __u32 netns_ino;
+  __u32 ifindex;
+  __u32 drop_reason;
+  __u16 kind;
+  __u16 dir;
+};
+
+static __always_inline void ng_emit(const struct ng_src *s, const struct ng_meta *m,
+                                    const struct ng_where *w)
+{
+  __u8 hdr[12];
+  struct ng_dns_event *ev;
+
+  /* Payload, so possibly outside the linear data (TCP): see ng_parse_l3(). Only port-53 packets
+   * get here, so the helper call costs nothing on other traffic. */
+  if (ng_load(s, m->dns_off, hdr, 12))
+    return;
+  __u16 fl = ng_be16(&hdr[2]);
+  __u8 opcode = (fl >> 11) & 0xF;
+  /* Every DNS message in use carries exactly one question; opcodes 3 and 7–15 are unassigned.
+   * Port-53 traffic failing this is not DNS (or a TCP continuation segment). */
+  if (ng_be16(&hdr[4]) != 1 || opcode == 3 || opcode > 6) {
+    ng_count(NG_STAT_NOT_DNS);
+    return;
+  }
+
+  ev = bpf_ringbuf_reserve(&ng_events, sizeof(*ev), 0);
+  if (!ev) {
+    ng_count(NG_STAT_LOST);
+    return;
+  }
+  /* Every field is written below (no memset of the 208 bytes); qname is NUL-terminated. */
+  ev->qname[0] = 0;
+  ev->qtype = 0;
+  ev->hop = 0;
+  ev->_pad = 0;
+  ev->ts_ns = bpf_ktime_get_ns();
+  ev->netns_cookie = w->netns_cookie;
+  ev->netns_ino = w->netns_ino;
+  ev->ifindex = w->ifindex;
+  ev->drop_reason = w->drop_reason;
+  ev->kind = w->kind;
+  ev->dir = w->dir;
+  __builtin_memcpy(ev->saddr, m->saddr, 16);
+  __builtin_memcpy(ev->daddr, m->daddr, 16);
+  ev->sport = m->sport;
+  ev->dport = m->dport;
+  ev->dns_id = ng_be16(&hdr[0]);
+  ev->flags = m->flags;
+  if (fl & 0x8000)
+    ev->flags |= NG_F_QR;
+  if (fl & 0x0200)
+    ev->flags |= NG_F_TC;
+  ev->rcode = fl & 0xF;
+  ev->pkt_len = m->l3_len;
+
+  struct ng_hop_key key = {.netns_ino = w->netns_ino, .ifindex = w->ifindex};
+  __u8 *hop = bpf_map_lookup_elem(&ng_hops, &key);
+  if (hop) {
+    ev->hop = *hop;
+    ev->flags |= NG_F_HOP_SET;
+  }
+
+  __u32 zero = 0;
+  struct ng_raw *raw = bpf_map_lookup_elem(&ng_scratch, &zero);
+  __u32 qoff = m->dns_off + 12;
+  /* 64-bit so the compiler checks the very register it passes to the helper. */
+  __u64 n = m->dns_end > qoff ? m->dns_end - qoff : 0;
+  if (n > NG_RAW_MAX)
+    n = NG_RAW_MAX;
+  barrier_var(n); /* keep the [1, NG_RAW_MAX] checks on the register the helper gets */
+  if (!raw || n == 0 || n > NG_RAW_MAX || ng_load(s, qoff, raw->b, n))
+    ev->flags |= NG_F_PARSE_ERR;
+  else
+    ng_parse_question(raw->b, n, ev);
+
+  __u64 wake = BPF_RB_NO_WAKEUP;
+  /* Batching: the reader polls every few ms; wake it early only when the ring fills up. */
+  if (cfg_wakeup_bytes && bpf_ringbuf_query(&ng_events, BPF_RB_AVAIL_DATA) >= cfg_wakeup_bytes)
+    wake = BPF_RB_FORCE_WAKEUP;
+  bpf_ringbuf_submit(ev, wake);
+}
+
+static __always_inline int ng_tc(struct __sk_buff *skb, __u16 dir)
+{
+  struct ng_src s = {
+      .skb = skb,
+      .data = (__u8 *)(long)skb->data,
+      .data_end = (__u8 *)(long)skb->data_end,
+      .len = skb->len,
+  };
+  struct ng_meta m = {};
+  __u16 proto = bpf_ntohs(skb->protocol);
+  __u32 off = 14;
+  __u8 eth[4];
+
+  /* Cheap exit for what cannot be IP (ARP, LLDP...) before touching packet bytes. */
+  if (proto != ETH_P_IP_ && proto != ETH_P_IPV6_ && proto != ETH_P_8021Q_ &&
+      proto != ETH_P_8021AD_)
+    return TC_ACT_UNSPEC_;
+  if (NG_LOAD_HDR(&s, 12, eth, 2))
+    return TC_ACT_UNSPEC_;
+  proto = ng_be16(eth);
+  /* Up to two tags (802.1ad outer + 802.1Q inner); an offloaded tag is not in the data at all. */
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    if (proto != ETH_P_8021Q_ && proto != ETH_P_8021AD_)
+      break;
+    if (NG_LOAD_HDR(&s, off + 2, eth, 2))
+      return TC_ACT_UNSPEC_;
+    proto = ng_be16(eth);
+    off += 4;
+    m.flags |= NG_F_VLAN;
+  }
+  if (proto == ETH_P_IP_) {
+    if (ng_parse_l3(&s, off, 4, &m))
+      return TC_ACT_UNSPEC_;
+  } else if (proto == ETH_P_IPV6_) {
+    if (ng_parse_l3(&s, off, 6, &m))
+      return TC_ACT_UNSPEC_;
+  } else {
+    return TC_ACT_UNSPEC_;
+  }
+
+  /* The kernel skb behind the context is a BTF pointer: plain (CO-RE relocated) loads walk it,
+   * much cheaper than a bpf_probe_read_kernel() per hop. */
+  struct sk_buff *kskb = bpf_cast_to_kern_ctx(skb);
+  struct net *net = kskb->dev->nd_net.net;
+  struct ng_where w = {
+      .netns_cookie = net->net_cookie,
+      .netns_ino = net->ns.inum,
+      .ifindex = skb->ifindex,
+      .kind = NG_EV_PACKET,
+      .dir = dir,
+  };
+  ng_emit(&s, &m, &w);
+  return TC_ACT_UNSPEC_;
+}
+
+SEC("tc")
+int ng_tc_ingress(struct __sk_buff *skb)
+{
+  return ng_tc(skb, NG_DIR_INGRESS);
+}
+
+SEC("tc")
+int ng_tc_egress(struct __sk_buff *skb)
+{
+  return ng_tc(skb, NG_DIR_EGRESS);
+}
+
+/* skb:kfree_skb(skb, location, reason[, rx_sk]). Runs for every freed-as-dropped skb on the node,
+ * so the non-DNS exit is a handful of reads. Only the linear part of the skb is parsed: DNS
+ * packets are small, and a paged skb's tail is not contiguous memory. Two attachments of the same
+ * code: tp_btf (typed arguments, skb fields read with plain loads) where the kernel allows it, raw_tp
+ * (every read through bpf_probe_read_kernel) otherwise; the loader picks one. */
+#define NG_SKB_READ(btf, skb, field) ((btf) ? (skb)->field : BPF_CORE_READ((skb), field))
+
+static __always_inline int ng_drop(struct sk_buff *skb, __u32 reason, const bool btf)
+{
+  if (!ng_reason_is_drop(reason))
+    return 0;
+
+  __u16 nh = NG_SKB_READ(btf, skb, network_header);
+  unsigned char *head = NG_SKB_READ(btf, skb, head);
+  unsigned char *data = NG_SKB_READ(btf, skb, data);
+  __u32 linear = NG_SKB_READ(btf, skb, len) - NG_SKB_READ(btf, skb, data_len);
+  if (nh == (__u16)~0U || !head)
+    return 0;
+  const __u8 *l3 = head + nh;
+  const __u8 *end = data + linear;
+  if (end <= l3 || end - l3 > 0xFFFF)
+    return 0;
+
+  struct ng_src s = {.base = l3, .len = (__u32)(end - l3), .kern = true};
+  struct ng_meta m = {};
+  __u8 v;
+  if (bpf_probe_read_kernel(&v, 1, l3))
+    return 0;
+  v >>= 4;
+  if (v == 4) {
+    if (ng_parse_l3(&s, 0, 4, &m))
+      return 0;
+  } else if (v == 6) {
+    if (ng_parse_l3(&s, 0, 6, &m))
+      return 0;
+  } else {
+    return 0;
+  }
+
+  /* The device's netns names the hop; an skb already detached from its device (socket layer)
+   * still has its socket's. Only DNS packets get here, so CO-RE reads are fine. */
+  struct net_device *dev = BPF_CORE_READ(skb, dev);
+  struct net *net = NULL;
+  struct ng_where w = {.kind = NG_EV_DROP, .dir = NG_DIR_NONE, .drop_reason = reason};
+  if (dev) {
+    w.ifindex = BPF_CORE_READ(dev, ifindex);
+    net = BPF_CORE_READ(dev, nd_net.net);
+  } else {
+    struct sock *sk = BPF_CORE_READ(skb, sk);
+    if (sk)
+      net = BPF_CORE_READ(sk, __sk_common.skc_net.net);
+  }
+  if (net) {
+    w.netns_ino = BPF_CORE_READ(net, ns.inum);
+    w.netns_cookie = ng_net_cookie(net);
+  }
+  ng_emit(&s, &m, &w);
+  return 0;
+}
+
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(ng_kfree_skb_btf, struct sk_buff *skb, void *location, enum skb_drop_reason reason)
+{
+  return ng_drop(skb, reason, true);
+}
+
+SEC("raw_tp/kfree_skb")
+int BPF_PROG(ng_kfree_skb, struct sk_buff *skb, void *location, unsigned int reason)
+{
+  return ng_drop(skb, reason, false);
+}

@@ -1,0 +1,538 @@
+#include "dns_tracer.h"
+
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "dns_tracer.skel.h"
+#include "dns_tracer_maps.h"
+#include "nodegate/log.h"
+
+namespace nodegate::dns {
+namespace {
+
+// libbpf talks through one process-wide print hook; route it into our logger once. Its INFO lines
+// are load chatter (debug for us); WARN is what an operator needs (verifier rejections etc.).
+int libbpfPrint(enum libbpf_print_level level, const char* fmt, va_list args) {
+  if (level == LIBBPF_DEBUG && log::level() != log::Level::Debug) return 0;
+  char buf[1024];
+  int n = vsnprintf(buf, sizeof buf, fmt, args);
+  if (n <= 0) return n;
+  std::string line(buf, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof buf - 1));
+  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
+  if (line.empty()) return n;
+  // bpf_tc_hook_create() on a device that already has clsact is expected (we then leave the qdisc
+  // alone); the kernel's extack for it is not worth a warning.
+  const bool expected = line.find("Exclusivity flag on") != std::string::npos;
+  if (level == LIBBPF_WARN && !expected)
+    log::warn("libbpf", {{"detail", line}});
+  else
+    log::debug("libbpf", {{"detail", line}});
+  return n;
+}
+
+void installLibbpfPrint() {
+  static std::once_flag once;
+  std::call_once(once, [] { libbpf_set_print(libbpfPrint); });
+}
+
+Error libbpfError(int err, const std::string& what) {
+  // libbpf returns -errno (or sets errno and returns NULL); normalise to a positive errno.
+  if (err < 0) err = -err;
+  if (err == 0) err = EINVAL;
+  return errnoError(err, what);
+}
+
+// Runs fn on a short-lived thread that has joined the network namespace at `path` (empty = stay).
+// setns() switches only the calling thread, so the caller's own netns never changes and there is
+// nothing to restore if anything fails half-way.
+template <typename Fn>
+auto inNetns(const std::string& path, Fn fn) -> decltype(fn()) {
+  std::optional<decltype(fn())> out;
+  std::thread worker([&] {
+    if (!path.empty()) {
+      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        out.emplace(errnoError(errno, "open netns " + path));
+        return;
+      }
+      int rc = ::setns(fd, CLONE_NEWNET);
+      int err = errno;
+      ::close(fd);
+      if (rc != 0) {
+        out.emplace(errnoError(err, "enter netns " + path));
+        return;
+      }
+    }
+    out.emplace(fn());
+  });
+  worker.join();
+  return std::move(*out);
+}
+
+struct Attachment {
+  AttachmentInfo info;
+  std::string netns_path;
+  bpf_tc_opts ingress{};
+  bpf_tc_opts egress{};
+};
+
+using AttachKey = std::pair<uint64_t, int>;
+
+}  // namespace
+
+struct DnsTracer::Impl {
+  TracerOptions opts;
+  ng_dns_tracer_bpf* skel = nullptr;
+  bpf_link* drop_link = nullptr;
+  bpf_program* drop_prog = nullptr;  // the kfree_skb flavour that loaded (tp_btf or raw_tp)
+  ring_buffer* rb = nullptr;
+  bool drops = false;
+  std::unordered_map<uint32_t, std::string> reasons;
+
+  mutable std::mutex mu;  // guards attachments
+  std::map<AttachKey, Attachment> attachments;
+
+  // The ring buffer callback has no per-call context; the consumer in charge sets this first.
+  const EventCallback* sink = nullptr;
+  std::atomic<uint64_t> delivered{0};
+
+  std::thread poller;
+  std::mutex stop_mu;
+  std::condition_variable stop_cv;
+  bool stopping = false;
+  bool started = false;
+  EventCallback cb;
+
+  static int onSample(void* ctx, void* data, size_t size) {
+    auto* self = static_cast<Impl*>(ctx);
+    if (size < sizeof(ng_dns_event) || self->sink == nullptr) return 0;
+    ng_dns_event ev;
+    std::memcpy(&ev, data, sizeof ev);
+    ev.qname[NG_DNS_QNAME_MAX - 1] = '\0';
+    self->delivered.fetch_add(1, std::memory_order_relaxed);
+    (*self->sink)(ev);
+    return 0;
+  }
+
+  ~Impl() {
+    ring_buffer__free(rb);
+    bpf_link__destroy(drop_link);
+    ng_dns_tracer_bpf__destroy(skel);
+  }
+};
+
+namespace {
+
+// Names of enum skb_drop_reason from the running kernel's BTF: the numbers move between releases
+// (and with config options), the names are what the kernel documents. SKB_DROP_REASON_FOO -> FOO.
+std::unordered_map<uint32_t, std::string> loadDropReasons(const btf* vmlinux) {
+  std::unordered_map<uint32_t, std::string> out;
+  if (vmlinux == nullptr) return out;
+  int id = btf__find_by_name_kind(vmlinux, "skb_drop_reason", BTF_KIND_ENUM);
+  if (id < 0) id = btf__find_by_name_kind(vmlinux, "skb_drop_reason", BTF_KIND_ENUM64);
+  if (id < 0) return out;
+  const btf_type* t = btf__type_by_id(vmlinux, static_cast<uint32_t>(id));
+  auto add = [&](uint32_t name_off, uint64_t value) {
+    std::string name = btf__name_by_offset(vmlinux, name_off);
+    for (std::string_view prefix : {"SKB_DROP_REASON_", "SKB_"}) {
+      if (name.rfind(prefix, 0) == 0) {
+        name.erase(0, prefix.size());
+        break;
+      }
+    }
+    out.emplace(static_cast<uint32_t>(value), std::move(name));
+  };
+  const unsigned n = btf_vlen(t);
+  if (btf_is_enum(t)) {
+    const struct btf_enum* e = btf_enum(t);
+    for (unsigned i = 0; i < n; i++) add(e[i].name_off, static_cast<uint32_t>(e[i].val));
+  } else if (btf_is_enum64(t)) {
+    const struct btf_enum64* e = btf_enum64(t);
+    for (unsigned i = 0; i < n; i++) add(e[i].name_off, btf_enum64_value(&e[i]));
+  }
+  return out;
+}
+
+Result<uint64_t> statInode(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return errnoError(errno, "stat netns " + path);
+  return static_cast<uint64_t>(st.st_ino);
+}
+
+bool isPowerOfTwo(std::size_t v) {
+  return v != 0 && (v & (v - 1)) == 0;
+}
+
+bpf_tc_opts tcOpts(int prog_fd, uint32_t handle = 0, uint32_t priority = 0) {
+  bpf_tc_opts o;
+  std::memset(&o, 0, sizeof o);
+  o.sz = sizeof o;
+  o.prog_fd = prog_fd;
+  o.handle = handle;
+  o.priority = priority;
+  return o;
+}
+
+}  // namespace
+
+DnsTracer::DnsTracer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+DnsTracer::~DnsTracer() {
+  stop();
+  detachAll();
+}
+
+Result<std::unique_ptr<DnsTracer>> DnsTracer::open(const TracerOptions& opts) {
+  installLibbpfPrint();
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  if (!isPowerOfTwo(opts.ring_bytes) || opts.ring_bytes < page)
+    return Error{EINVAL, "failed to size dns ring buffer: " + std::to_string(opts.ring_bytes) +
+                             " bytes is not a power of two of at least one page"};
+  if (opts.poll_interval.count() <= 0)
+    return Error{EINVAL, "failed to configure dns tracer: poll interval must be positive"};
+
+  auto impl = std::make_unique<Impl>();
+  impl->opts = opts;
+
+  btf* vmlinux = btf__load_vmlinux_btf();
+  if (vmlinux == nullptr)
+    return libbpfError(errno, "load kernel btf (the tracer needs CONFIG_DEBUG_INFO_BTF)");
+  impl->reasons = loadDropReasons(vmlinux);
+  const bool has_kern_ctx =
+      btf__find_by_name_kind(vmlinux, "bpf_cast_to_kern_ctx", BTF_KIND_FUNC) >= 0;
+  btf__free(vmlinux);
+  if (!has_kern_ctx)
+    return Error{ENOTSUP,
+                 "failed to load dns tracer: kernel lacks kfunc bpf_cast_to_kern_ctx "
+                 "(linux 6.3 or newer needed)"};
+
+  // The drop program needs the reason argument of skb:kfree_skb (5.17+), which came with the enum.
+  impl->drops = opts.trace_drops && !impl->reasons.empty();
+  if (!impl->drops)
+    log::info("dns tracer: drop reasons off",
+              {{"reason", opts.trace_drops ? "kernel has no enum skb_drop_reason"
+                                           : "disabled by configuration"}});
+
+  // kfree_skb through tp_btf first (typed skb, plain loads: cheapest per drop); a kernel or policy
+  // that refuses BTF-typed tracing gets the raw_tp copy of the same program instead.
+  for (int attempt = 0; attempt < 2; attempt++) {
+    const bool use_btf = impl->drops && attempt == 0 && !opts.drops_via_raw_tp;
+    impl->skel = ng_dns_tracer_bpf__open();
+    if (impl->skel == nullptr) return libbpfError(errno, "open dns tracer bpf object");
+    // Half full is the point where a 10 ms poll might not be soon enough: wake the reader early.
+    impl->skel->rodata->cfg_wakeup_bytes = static_cast<uint32_t>(opts.ring_bytes / 2);
+    if (int err = bpf_map__set_max_entries(impl->skel->maps.ng_events,
+                                           static_cast<uint32_t>(opts.ring_bytes)))
+      return libbpfError(err, "size dns ring buffer");
+    bpf_program__set_autoload(impl->skel->progs.ng_kfree_skb_btf, use_btf);
+    bpf_program__set_autoload(impl->skel->progs.ng_kfree_skb, impl->drops && !use_btf);
+    int err = ng_dns_tracer_bpf__load(impl->skel);
+    if (err == 0) {
+      impl->drop_prog = !impl->drops ? nullptr
+                        : use_btf    ? impl->skel->progs.ng_kfree_skb_btf
+                                     : impl->skel->progs.ng_kfree_skb;
+      break;
+    }
+    ng_dns_tracer_bpf__destroy(impl->skel);
+    impl->skel = nullptr;
+    if (!use_btf) return libbpfError(err, "load dns tracer bpf programs");
+    log::info("dns tracer: kfree_skb via raw_tp",
+              {{"reason", "tp_btf program rejected: " + std::string(std::strerror(-err))}});
+  }
+
+  if (impl->drop_prog != nullptr) {
+    impl->drop_link = bpf_program__attach(impl->drop_prog);
+    if (impl->drop_link == nullptr) {
+      // Packets are still traced; only the reason for a lost query goes missing.
+      log::warn(
+          "dns tracer: drop reasons off",
+          {{"reason", "failed to attach to skb:kfree_skb: " + std::string(std::strerror(errno))}});
+      impl->drops = false;
+      impl->drop_prog = nullptr;
+    }
+  }
+
+  impl->rb = ring_buffer__new(bpf_map__fd(impl->skel->maps.ng_events), &Impl::onSample, impl.get(),
+                              nullptr);
+  if (impl->rb == nullptr) return libbpfError(errno, "open dns ring buffer");
+
+  log::debug("dns tracer loaded", {{"ring_bytes", std::to_string(opts.ring_bytes)},
+                                   {"drop_reasons", std::to_string(impl->reasons.size())}});
+  return std::unique_ptr<DnsTracer>(new DnsTracer(std::move(impl)));
+}
+
+Result<uint64_t> DnsTracer::netnsInode(const std::string& netns_path) const {
+  return statInode(netns_path.empty() ? impl_->opts.procfs + "/thread-self/ns/net" : netns_path);
+}
+
+Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
+  if (target.ifindex <= 0)
+    return Error{EINVAL,
+                 "failed to attach dns tracer: invalid ifindex " + std::to_string(target.ifindex)};
+  std::lock_guard lock(impl_->mu);
+  const int ingress_fd = bpf_program__fd(impl_->skel->progs.ng_tc_ingress);
+  const int egress_fd = bpf_program__fd(impl_->skel->progs.ng_tc_egress);
+  const std::string procfs = impl_->opts.procfs;
+
+  Result<Attachment> made = inNetns(target.netns_path, [&]() -> Result<Attachment> {
+    // Inside the target netns, our own view of it is the netns file's inode.
+    auto ino = statInode(procfs + "/thread-self/ns/net");
+    if (!ino) return ino.error();
+    Attachment a;
+    a.netns_path = target.netns_path;
+    a.info.netns_ino = *ino;
+    a.info.ifindex = target.ifindex;
+    a.info.hop = target.hop;
+    if (impl_->attachments.count({*ino, target.ifindex}) != 0) return a;  // already attached
+
+    char name[IF_NAMESIZE] = {};
+    const std::string dev = std::to_string(target.ifindex) +
+                            (if_indextoname(static_cast<unsigned>(target.ifindex), name)
+                                 ? std::string(" (") + name + ")"
+                                 : "");
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = target.ifindex,
+                .attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS));
+    int err = bpf_tc_hook_create(&hook);
+    if (err != 0 && err != -EEXIST)
+      return libbpfError(err, "create clsact qdisc on ifindex " + dev);
+    a.info.created_qdisc = (err == 0);
+
+    // Priority 0 lets the kernel pick one ahead of the existing filters; we return TC_ACT_UNSPEC,
+    // so theirs still run and decide.
+    a.ingress = tcOpts(ingress_fd);
+    a.egress = tcOpts(egress_fd);
+    hook.attach_point = BPF_TC_INGRESS;
+    err = bpf_tc_attach(&hook, &a.ingress);
+    if (err == 0) {
+      hook.attach_point = BPF_TC_EGRESS;
+      err = bpf_tc_attach(&hook, &a.egress);
+      if (err != 0) {
+        hook.attach_point = BPF_TC_INGRESS;
+        bpf_tc_opts del = tcOpts(0, a.ingress.handle, a.ingress.priority);
+        bpf_tc_detach(&hook, &del);
+      }
+    }
+    if (err != 0) {
+      if (a.info.created_qdisc) {
+        hook.attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS);
+        bpf_tc_hook_destroy(&hook);
+      }
+      return libbpfError(err, "attach tc program to ifindex " + dev);
+    }
+    // Keep only what detach needs: handle and priority identify our filter.
+    a.ingress.prog_fd = 0;
+    a.egress.prog_fd = 0;
+    return a;
+  });
+  if (!made) return made.error();
+
+  Attachment a = std::move(made.value());
+  if (auto r = setHop(a.info.netns_ino, target.ifindex, target.hop); !r) return r.error();
+  const AttachKey key{a.info.netns_ino, target.ifindex};
+  auto it = impl_->attachments.find(key);
+  if (it != impl_->attachments.end()) {
+    it->second.info.hop = target.hop;
+    return it->second.info;
+  }
+  log::info("dns tracer attached", {{"netns_ino", std::to_string(a.info.netns_ino)},
+                                    {"ifindex", std::to_string(target.ifindex)},
+                                    {"hop", std::to_string(target.hop)}});
+  AttachmentInfo info = a.info;
+  impl_->attachments.emplace(key, std::move(a));
+  return info;
+}
+
+namespace {
+
+// Removes our two filters (and clsact if we made it). A device or netns that vanished took our
+// filters with it: that is success, not an error.
+Result<void> removeFilters(const Attachment& a, const std::string& procfs) {
+  return inNetns(a.netns_path, [&]() -> Result<void> {
+    auto ino = statInode(procfs + "/thread-self/ns/net");
+    if (!ino) return ino.error();
+    if (*ino != a.info.netns_ino) return {};  // the path now names another netns: ours is gone
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = a.info.ifindex);
+    int first_err = 0;
+    for (auto [point, opts] :
+         {std::pair{BPF_TC_INGRESS, a.ingress}, std::pair{BPF_TC_EGRESS, a.egress}}) {
+      hook.attach_point = point;
+      bpf_tc_opts del = tcOpts(0, opts.handle, opts.priority);
+      int err = bpf_tc_detach(&hook, &del);
+      if (err != 0 && err != -ENOENT && err != -ENODEV && err != -EINVAL && first_err == 0)
+        first_err = err;
+    }
+    if (a.info.created_qdisc) {
+      hook.attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS);
+      int err = bpf_tc_hook_destroy(&hook);
+      if (err != 0 && err != -ENOENT && err != -ENODEV && err != -EINVAL && first_err == 0)
+        first_err = err;
+    }
+    if (first_err != 0)
+      return libbpfError(first_err,
+                         "detach tc program from ifindex " + std::to_string(a.info.ifindex));
+    return {};
+  });
+}
+
+}  // namespace
+
+Result<void> DnsTracer::detach(uint64_t netns_ino, int ifindex) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->attachments.find({netns_ino, ifindex});
+  if (it == impl_->attachments.end())
+    return Error{ENOENT, "failed to detach dns tracer: ifindex " + std::to_string(ifindex) +
+                             " in netns " + std::to_string(netns_ino) + " is not attached"};
+  Result<void> r;
+  if (!it->second.netns_path.empty() || netnsInode("").valueOr(0) == netns_ino)
+    r = removeFilters(it->second, impl_->opts.procfs);
+  // The netns file is gone (pod deleted): its devices and our filters went with it.
+  if (!r && r.error().code == ENOENT) r = {};
+  ng_hop_key key{static_cast<uint32_t>(netns_ino), static_cast<uint32_t>(ifindex)};
+  bpf_map_delete_elem(bpf_map__fd(impl_->skel->maps.ng_hops), &key);
+  impl_->attachments.erase(it);
+  if (r)
+    log::info("dns tracer detached",
+              {{"netns_ino", std::to_string(netns_ino)}, {"ifindex", std::to_string(ifindex)}});
+  return r;
+}
+
+void DnsTracer::detachAll() {
+  std::vector<AttachKey> keys;
+  {
+    std::lock_guard lock(impl_->mu);
+    for (const auto& [k, _] : impl_->attachments) keys.push_back(k);
+  }
+  for (const auto& [ino, ifindex] : keys) {
+    if (auto r = detach(ino, ifindex); !r)
+      log::warn("dns tracer: detach failed", {{"error", r.error().message}});
+  }
+}
+
+std::vector<AttachmentInfo> DnsTracer::attachments() const {
+  std::lock_guard lock(impl_->mu);
+  std::vector<AttachmentInfo> out;
+  for (const auto& [_, a] : impl_->attachments) out.push_back(a.info);
+  return out;
+}
+
+Result<void> DnsTracer::setHop(uint64_t netns_ino, int ifindex, uint8_t hop) {
+  ng_hop_key key{static_cast<uint32_t>(netns_ino), static_cast<uint32_t>(ifindex)};
+  if (bpf_map_update_elem(bpf_map__fd(impl_->skel->maps.ng_hops), &key, &hop, BPF_ANY) != 0)
+    return errnoError(errno, "set dns hop for ifindex " + std::to_string(ifindex));
+  return {};
+}
+
+Result<void> DnsTracer::start(EventCallback cb) {
+  std::lock_guard lock(impl_->stop_mu);
+  if (impl_->started) return Error{EALREADY, "failed to start dns tracer: already started"};
+  impl_->started = true;
+  impl_->cb = std::move(cb);
+  impl_->sink = &impl_->cb;
+  Impl* impl = impl_.get();
+  impl_->poller = std::thread([impl] {
+    const int timeout_ms = static_cast<int>(impl->opts.poll_interval.count());
+    for (;;) {
+      {
+        std::lock_guard l(impl->stop_mu);
+        if (impl->stopping) break;
+      }
+      // Returns early only when the BPF side forces a wakeup (ring half full); otherwise this is
+      // the poll interval, and consume() picks up what arrived without a wakeup.
+      ring_buffer__poll(impl->rb, timeout_ms);
+      ring_buffer__consume(impl->rb);
+    }
+    ring_buffer__consume(impl->rb);
+  });
+  return {};
+}
+
+void DnsTracer::stop() {
+  {
+    std::lock_guard lock(impl_->stop_mu);
+    if (!impl_->started || impl_->stopping) return;
+    impl_->stopping = true;
+  }
+  if (impl_->poller.joinable()) impl_->poller.join();
+}
+
+Result<int> DnsTracer::consume(const EventCallback& cb) {
+  {
+    std::lock_guard lock(impl_->stop_mu);
+    if (impl_->started && !impl_->stopping)
+      return Error{EBUSY, "failed to consume dns events: the poll thread is running"};
+  }
+  impl_->sink = &cb;
+  int n = ring_buffer__consume(impl_->rb);
+  impl_->sink = nullptr;
+  if (n < 0) return libbpfError(n, "consume dns ring buffer");
+  return n;
+}
+
+TracerStats DnsTracer::stats() const {
+  TracerStats s;
+  const int ncpu = libbpf_num_possible_cpus();
+  const int fd = bpf_map__fd(impl_->skel->maps.ng_stats);
+  std::vector<uint64_t> values(ncpu > 0 ? static_cast<std::size_t>(ncpu) : 1);
+  auto sum = [&](uint32_t idx) -> uint64_t {
+    if (bpf_map_lookup_elem(fd, &idx, values.data()) != 0) return 0;
+    uint64_t total = 0;
+    for (uint64_t v : values) total += v;
+    return total;
+  };
+  s.events_lost = sum(NG_STAT_LOST);
+  s.frags_skipped = sum(NG_STAT_FRAG);
+  s.ext_skipped = sum(NG_STAT_EXT);
+  s.not_dns = sum(NG_STAT_NOT_DNS);
+  s.short_packets = sum(NG_STAT_SHORT);
+  s.events = impl_->delivered.load(std::memory_order_relaxed);
+  return s;
+}
+
+bool DnsTracer::dropsAvailable() const {
+  return impl_->drops;
+}
+
+std::string DnsTracer::dropReasonName(uint32_t reason) const {
+  auto it = impl_->reasons.find(reason);
+  if (it != impl_->reasons.end()) return it->second;
+  return "UNKNOWN(" + std::to_string(reason) + ")";
+}
+
+int DnsTracer::tcIngressProgFd() const {
+  return bpf_program__fd(impl_->skel->progs.ng_tc_ingress);
+}
+int DnsTracer::tcEgressProgFd() const {
+  return bpf_program__fd(impl_->skel->progs.ng_tc_egress);
+}
+int DnsTracer::dropProgFd() const {
+  return impl_->drop_prog != nullptr ? bpf_program__fd(impl_->drop_prog) : -1;
+}
+
+std::string formatAddress(const ng_dns_event& ev, bool source) {
+  const uint8_t* a = source ? ev.saddr : ev.daddr;
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (inet_ntop((ev.flags & NG_F_IPV6) ? AF_INET6 : AF_INET, a, buf, sizeof buf) == nullptr)
+    return {};
+  return buf;
+}
+
+}  // namespace nodegate::dns

@@ -1,0 +1,99 @@
+{{/* Names, labels and the few values several templates derive. */}}
+{{- define "nodegate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "nodegate.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains (include "nodegate.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "nodegate.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "nodegate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "nodegate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "nodegate.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "nodegate.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: nodegate
+{{- end -}}
+
+{{- define "nodegate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "nodegate.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "nodegate.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The gate label key: <prefix>/vm-ready unless set. */}}
+{{- define "nodegate.gateLabelKey" -}}
+{{- default (printf "%s/vm-ready" .Values.agent.prefix) .Values.agent.gateLabel.key -}}
+{{- end -}}
+
+{{- define "nodegate.taintKey" -}}
+{{- printf "%s/not-ready" .Values.agent.prefix -}}
+{{- end -}}
+
+{{/* Node condition types nodegate owns (DESIGN.md). */}}
+{{- define "nodegate.conditionTypes" -}}
+VirtualizationReady LocalStorageHealthy GuestDNSHealthy TimeSynchronized
+{{- end -}}
+
+{{/* The `job` label Prometheus gives the agent's scrape. */}}
+{{- define "nodegate.jobLabel" -}}
+{{- if .Values.prometheusRule.jobLabel -}}
+{{- .Values.prometheusRule.jobLabel -}}
+{{- else if .Values.podMonitor.enabled -}}
+{{- printf "%s/%s" .Release.Namespace (include "nodegate.fullname" .) -}}
+{{- else -}}
+{{- include "nodegate.fullname" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" on Kubernetes 1.30+: ValidatingAdmissionPolicy v1 and securityContext.appArmorProfile are GA there. */}}
+{{- define "nodegate.kube130" -}}
+{{- if semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version -}}true{{- end -}}
+{{- end -}}
+
+{{/* The agent's command line; test/chart runs exactly these arguments. */}}
+{{- define "nodegate.args" -}}
+- agent
+- --host-root=/host
+- --config=/etc/nodegate/config.json
+- {{ printf "--listen=0.0.0.0:%v" .Values.agent.metricsPort | quote }}
+- {{ printf "--debug-listen=127.0.0.1:%v" .Values.agent.debugPort | quote }}
+- {{ printf "--kube=%s" .Values.agent.kube | quote }}
+- {{ printf "--prefix=%s" .Values.agent.prefix | quote }}
+- {{ printf "--gate-label=%s=%s" (include "nodegate.gateLabelKey" .) .Values.agent.gateLabel.value | quote }}
+{{- if .Values.agent.taint }}
+- --taint
+{{- end }}
+- {{ printf "--lvm-command=%s" .Values.agent.lvmCommand | quote }}
+- {{ printf "--resync=%v" .Values.agent.resync | quote }}
+- {{ printf "--dns-trace=%s" .Values.agent.dnsTrace | quote }}
+{{- range .Values.agent.dnsNetns }}
+- {{ printf "--dns-netns=%s" . | quote }}
+{{- end }}
+- {{ printf "--log-level=%s" .Values.agent.logLevel | quote }}
+{{- range .Values.agent.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}

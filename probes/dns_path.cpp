@@ -1,0 +1,250 @@
+#include "dns_path.h"
+
+#include <dirent.h>
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "text.h"
+
+namespace nodegate {
+
+std::string launcherVmiFromCmdline(std::string_view cmdline) {
+  std::vector<std::string_view> args;
+  while (!cmdline.empty()) {
+    auto nul = cmdline.find('\0');
+    args.push_back(cmdline.substr(0, nul));
+    if (nul == std::string_view::npos) break;
+    cmdline.remove_prefix(nul + 1);
+  }
+  std::string_view name, ns;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto take = [&](std::string_view flag, std::string_view* out) {
+      if (args[i] == flag && i + 1 < args.size())
+        *out = args[i + 1];
+      else if (args[i].size() > flag.size() + 1 && args[i].substr(0, flag.size()) == flag &&
+               args[i][flag.size()] == '=')
+        *out = args[i].substr(flag.size() + 1);
+    };
+    take("--name", &name);
+    take("--namespace", &ns);
+  }
+  if (name.empty()) return {};
+  return std::string(ns.empty() ? "default" : ns) + "/" + std::string(name);
+}
+
+std::vector<LauncherProcess> findVirtLaunchers(const HostRoot& host) {
+  std::vector<LauncherProcess> out;
+  DIR* d = ::opendir(host.proc().c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    auto pid = parseU64(e->d_name);
+    if (!pid) continue;
+    std::string base = std::string(e->d_name) + "/";
+    // Processes come and go during the scan: a vanished one is simply not a launcher.
+    auto comm = readValue(host.proc(base + "comm"));
+    if (!comm || *comm != "virt-launcher") continue;
+    LauncherProcess p;
+    p.pid = static_cast<int>(*pid);
+    if (auto cmd = readFile(host.proc(base + "cmdline"), 1u << 16))
+      p.vmi = launcherVmiFromCmdline(*cmd);
+    p.netns_path = host.proc(base + "ns/net");
+    out.push_back(std::move(p));
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end(),
+            [](const LauncherProcess& a, const LauncherProcess& b) { return a.pid < b.pid; });
+  return out;
+}
+
+namespace {
+
+// ConfigMap values are strings; hand-written files sometimes use JSON booleans.
+std::optional<std::string> textValue(const nlohmann::json& data, const char* key) {
+  auto it = data.find(key);
+  if (it == data.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_boolean()) return it->get<bool>() ? "true" : "false";
+  return it->dump();
+}
+
+bool isTrue(const std::optional<std::string>& v) {
+  return v && (*v == "true" || *v == "True");
+}
+
+}  // namespace
+
+Result<CiliumSocketLb> parseCiliumConfig(std::string_view json_text) {
+  nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object())
+    return Error{0, "failed to parse cilium-config: not a JSON object"};
+  const nlohmann::json* data = &doc;
+  if (doc.contains("data")) {
+    if (!doc["data"].is_object())
+      return Error{0, "failed to parse cilium-config: data is not an object"};
+    data = &doc["data"];
+  }
+  CiliumSocketLb c;
+  c.known = true;
+  auto kpr = textValue(*data, "kube-proxy-replacement");
+  auto sock = textValue(*data, "bpf-lb-sock");
+  auto hostns = textValue(*data, "bpf-lb-sock-hostns-only");
+  // Before Cilium 1.12 socket LB was called host-reachable services.
+  auto legacy = textValue(*data, "enable-host-reachable-services");
+  c.kpr_value = kpr.value_or("");
+  c.sock_value = sock ? *sock : legacy.value_or("");
+  c.hostns_value = hostns.value_or("");
+  c.kube_proxy_replacement = kpr && (*kpr == "true" || *kpr == "strict");
+  // Full kube-proxy replacement turns socket LB on unless it is switched off explicitly.
+  if (sock)
+    c.socket_lb = isTrue(sock);
+  else if (legacy)
+    c.socket_lb = isTrue(legacy);
+  else
+    c.socket_lb = c.kube_proxy_replacement;
+  c.host_namespace_only = isTrue(hostns);
+  return c;
+}
+
+void DnsVerdictBoard::publish(DnsPathSummary s) {
+  std::lock_guard lock(mu_);
+  summary_ = std::move(s);
+}
+
+void DnsVerdictBoard::clear() {
+  std::lock_guard lock(mu_);
+  summary_.reset();
+}
+
+std::optional<DnsPathSummary> DnsVerdictBoard::summary() const {
+  std::lock_guard lock(mu_);
+  return summary_;
+}
+
+std::shared_ptr<DnsVerdictBoard> processDnsVerdicts() {
+  static const auto board = std::make_shared<DnsVerdictBoard>();
+  return board;
+}
+
+namespace {
+
+constexpr const char* kSocketLbHint =
+    "set socketLB.hostNamespaceOnly=true in Cilium's Helm values (cilium-config "
+    "bpf-lb-sock-hostns-only: \"true\") and restart the Cilium agents; see Cilium's \"Socket "
+    "LoadBalancer Bypass in Pod Namespace\", which names KubeVirt";
+
+std::string ciliumObserved(const CiliumSocketLb& c) {
+  return "kube-proxy-replacement=" + (c.kpr_value.empty() ? "(unset)" : c.kpr_value) +
+         " bpf-lb-sock=" + (c.sock_value.empty() ? "(unset)" : c.sock_value) +
+         " bpf-lb-sock-hostns-only=" + (c.hostns_value.empty() ? "(unset)" : c.hostns_value);
+}
+
+CheckResult predicted(std::size_t guests) {
+  if (guests > 0)
+    return makeResult("dns-path", Status::Fail, "ServiceTranslationMissing",
+                      "Cilium socket LB is not limited to the host namespace: guest DNS queries to "
+                      "the kube-dns ClusterIP will not be translated",
+                      kSocketLbHint);
+  return makeResult("dns-path", Status::Warn, "ServiceTranslationMissing",
+                    "no guests yet, but Cilium socket LB is not limited to the host namespace: "
+                    "guests scheduled here will not reach the kube-dns ClusterIP",
+                    kSocketLbHint);
+}
+
+}  // namespace
+
+CheckResult evaluateDnsPath(const DnsPathInputs& in) {
+  CheckResult r;
+  const bool predicts = in.cilium.predictsIncident();
+  if (in.tracer) {
+    const DnsPathSummary& s = *in.tracer;
+    const GuestDnsStatus* worst = nullptr;
+    std::uint64_t answered = 0;
+    for (const auto& vm : s.vms) {
+      answered += vm.answered;
+      if (vm.state != GuestDnsState::Ok && (!worst || vm.state > worst->state)) worst = &vm;
+    }
+    if (worst && worst->state == GuestDnsState::ServiceTranslationMissing) {
+      r = makeResult("dns-path", Status::Fail, "ServiceTranslationMissing",
+                     "guest DNS queries leave the host with the service IP untranslated (" +
+                         worst->vmi + ": " + worst->detail + ")",
+                     predicts
+                         ? kSocketLbHint
+                         : "the CNI does not translate the DNS ClusterIP for traffic forwarded "
+                           "from pods (Cilium: socketLB.hostNamespaceOnly=true; kube-proxy: "
+                           "check its PREROUTING rules); `nodegate dns trace` shows the hops");
+    } else if (worst && worst->state == GuestDnsState::NoResponse) {
+      r = makeResult("dns-path", Status::Fail, "NoResponse",
+                     "guest DNS queries go unanswered (" + worst->vmi + ": " + worst->detail + ")",
+                     "`nodegate dns trace --vmi " + worst->vmi +
+                         "` shows the last hop each query reached and the kernel's drop reason");
+    } else if (worst && worst->state == GuestDnsState::ServerError) {
+      r = makeResult(
+          "dns-path", Status::Warn, "ServerError",
+          "the DNS server answers guests with errors (" + worst->vmi + ": " + worst->detail + ")",
+          "check the DNS server's (CoreDNS) logs and its upstream resolvers");
+    } else if (answered > 0) {
+      r = makeResult("dns-path", Status::Pass, "Ok",
+                     "guest DNS answered end to end (" + std::to_string(answered) +
+                         " queries from " + std::to_string(s.vms.size()) +
+                         " guests in the window)");
+    } else if (predicts) {
+      r = predicted(s.guests);
+    } else if (s.guests == 0) {
+      r = makeResult("dns-path", Status::Pass, "NoGuests",
+                     "no virt-launcher on this node to trace");
+    } else {
+      r = makeResult(
+          "dns-path", Status::Pass, "NoQueries",
+          "tracing " + std::to_string(s.guests) + " guests; none sent a DNS query in the window");
+    }
+    r.evidence.push_back({"dns tracer", std::to_string(s.guests) + " guests, " +
+                                            std::to_string(s.attached_hops) + " hops attached, " +
+                                            std::to_string(s.queries_in_window) +
+                                            " queries in the window"});
+    for (const auto& vm : s.vms)
+      if (vm.state != GuestDnsState::Ok) r.evidence.push_back({"guest " + vm.vmi, vm.detail});
+  } else if (predicts) {
+    r = predicted(in.launchers);
+  } else if (in.launchers == 0 && in.launchers_readable) {
+    r = makeResult("dns-path", Status::Pass, "NoGuests",
+                   "no virt-launcher process on this node, so no guest DNS path to check");
+  } else {
+    r = makeResult("dns-path", Status::Unknown, "TracerNotRunning",
+                   std::to_string(in.launchers) +
+                       " virt-launcher processes, but no DNS tracer runs in this process",
+                   "run `nodegate agent --dns-trace=on` as root (BPF) and read this check from the "
+                   "agent; a one-shot `nodegate check` cannot watch queries");
+  }
+  if (in.cilium.known) r.evidence.push_back({"cilium-config", ciliumObserved(in.cilium)});
+  if (!in.cilium_error.empty()) r.evidence.push_back({"cilium-config", in.cilium_error});
+  r.evidence.push_back({"virt-launcher processes",
+                        in.launchers_readable ? std::to_string(in.launchers) : "unreadable"});
+  return r;
+}
+
+CheckResult DnsPathProbe::run(const ProbeContext& ctx) {
+  DnsPathInputs in;
+  if (source_) in.tracer = source_->summary();
+  std::string path = ctx.config.text("dns-path", "cilium_config_file", "");
+  if (!path.empty()) {
+    // The API client (agent/kube) does not fetch kube-system/cilium-config yet: a file the
+    // operator exports (`kubectl get cm -n kube-system cilium-config -o json`) stands in for it.
+    auto text = readFile(path, 1u << 20);
+    if (!text) {
+      in.cilium_error = text.error().message;
+    } else if (auto c = parseCiliumConfig(*text)) {
+      in.cilium = *c;
+    } else {
+      in.cilium_error = c.error().message + " (" + path + ")";
+    }
+  }
+  DIR* d = ::opendir(ctx.host.proc().c_str());
+  in.launchers_readable = d != nullptr;
+  if (d) ::closedir(d);
+  in.launchers = findVirtLaunchers(ctx.host).size();
+  return evaluateDnsPath(in);
+}
+
+}  // namespace nodegate

@@ -1,0 +1,116 @@
+// dns-path: do guest DNS queries make it through the masquerade NAT and the CNI's service
+// translation and back? Decided from the DNS tracer's recent verdicts (agent/dns) when the agent
+// runs one, and from a static configuration check that predicts the Cilium socket-LB incident
+// (shared/DNS-PATH.md): kube-proxy replacement with socket LB not restricted to the host
+// namespace never translates a guest's ClusterIP query.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "nodegate/probe.h"
+#include "nodegate/result.h"
+
+namespace nodegate {
+
+// --- virt-launcher processes (hostPID) -----------------------------------------------------
+
+struct LauncherProcess {
+  int pid = 0;
+  std::string vmi;         // "namespace/name" from its --namespace/--name arguments; "" if absent
+  std::string netns_path;  // <proc>/PID/ns/net
+};
+
+// The VMI a virt-launcher serves, from its NUL-separated command line; "" when it names none.
+std::string launcherVmiFromCmdline(std::string_view cmdline);
+// Every process whose comm is exactly "virt-launcher" (the monitor's comm is
+// "virt-launcher-m", truncated to 15 bytes, and is not one).
+std::vector<LauncherProcess> findVirtLaunchers(const HostRoot& host);
+
+// --- static configuration: Cilium ------------------------------------------------------------
+
+struct CiliumSocketLb {
+  bool known = false;  // a cilium-config was read
+  bool kube_proxy_replacement = false;
+  bool socket_lb = false;  // socket-level load balancing on
+  bool host_namespace_only = false;
+  std::string kpr_value, sock_value, hostns_value;  // raw values, for evidence
+  // The incident: socket LB translating in every namespace, so a guest's packets (which never
+  // pass a socket hook in the pod) go out with the ClusterIP untouched.
+  bool predictsIncident() const { return known && socket_lb && !host_namespace_only; }
+};
+
+// Accepts the ConfigMap object as the API returns it ({"data": {...}}) or the bare data map.
+Result<CiliumSocketLb> parseCiliumConfig(std::string_view json_text);
+
+// --- the tracer's view, handed over through a seam -----------------------------------------
+
+enum class GuestDnsState { Ok, ServerError, NoResponse, ServiceTranslationMissing };
+
+struct GuestDnsStatus {
+  std::string vmi;
+  GuestDnsState state = GuestDnsState::Ok;
+  std::string detail;  // "example.com A: last seen at host-out, drop IP_INNOROUTES"
+  std::uint64_t answered = 0, failed = 0;  // in the window
+};
+
+struct DnsPathSummary {
+  std::chrono::system_clock::time_point updated;
+  std::size_t guests = 0;         // virt-launcher netns being traced
+  std::size_t attached_hops = 0;  // devices with the classifier attached
+  std::size_t queries_in_window = 0;
+  std::vector<GuestDnsStatus> vms;  // one per VMI that sent queries in the window
+};
+
+// What the agent's DNS service publishes and the probe reads. nullopt = no tracer running.
+class DnsVerdictSource {
+ public:
+  virtual ~DnsVerdictSource() = default;
+  virtual std::optional<DnsPathSummary> summary() const = 0;
+};
+
+// The in-process implementation: the DNS service publish()es, the probe reads; thread-safe.
+class DnsVerdictBoard final : public DnsVerdictSource {
+ public:
+  void publish(DnsPathSummary s);
+  void clear();  // tracer stopped
+  std::optional<DnsPathSummary> summary() const override;
+
+ private:
+  mutable std::mutex mu_;
+  std::optional<DnsPathSummary> summary_;
+};
+
+// The board of this process: `nodegate agent`'s DNS service fills it, the probe built by
+// makeProbes() reads it. Tests build their own boards.
+std::shared_ptr<DnsVerdictBoard> processDnsVerdicts();
+
+struct DnsPathInputs {
+  std::optional<DnsPathSummary> tracer;  // nullopt: tracer not running
+  CiliumSocketLb cilium;
+  std::string cilium_error;   // configured file unreadable or malformed
+  std::size_t launchers = 0;  // virt-launcher processes seen on the host
+  bool launchers_readable = true;
+};
+
+CheckResult evaluateDnsPath(const DnsPathInputs& in);
+
+class DnsPathProbe final : public Probe {
+ public:
+  explicit DnsPathProbe(std::shared_ptr<const DnsVerdictSource> source)
+      : source_(std::move(source)) {}
+  std::string_view name() const override { return "dns-path"; }
+  std::uint32_t triggers() const override { return kTriggerTimer | kTriggerDns; }
+  CheckResult run(const ProbeContext& ctx) override;
+
+ private:
+  std::shared_ptr<const DnsVerdictSource> source_;
+};
+
+}  // namespace nodegate

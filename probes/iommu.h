@@ -1,0 +1,32 @@
+// iommu: is an IOMMU active with device groups (needed only for PCI/GPU passthrough)?
+// Published as the iommu label; FAIL only when the policy marks the node for passthrough
+// (config: checks.iommu.required = true).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "nodegate/probe.h"
+
+namespace nodegate {
+
+// Kernel command line -> the IOMMU switches on it ("intel_iommu=on iommu=pt"), "" if none.
+std::string iommuCmdlineArgs(std::string_view cmdline);
+
+struct IommuObservation {
+  int iommu_units = -1;  // entries in <sys>/class/iommu; -1: directory unreadable
+  int groups = -1;       // entries in <sys>/kernel/iommu_groups; -1: unreadable
+  std::string cmdline_args;
+  std::string arch;
+  bool required = false;
+};
+
+CheckResult evaluateIommu(const IommuObservation& obs);
+
+class IommuProbe final : public Probe {
+ public:
+  std::string_view name() const override { return "iommu"; }
+  CheckResult run(const ProbeContext& ctx) override;
+};
+
+}  // namespace nodegate

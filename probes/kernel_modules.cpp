@@ -1,0 +1,203 @@
+#include "kernel_modules.h"
+
+#include <sys/stat.h>
+
+#include <cctype>
+#include <cerrno>
+
+#include "cpu_virt.h"
+#include "kvm_device.h"
+#include "text.h"
+
+namespace nodegate {
+
+std::string normalizeModuleName(std::string_view name) {
+  std::string out(name);
+  for (auto& c : out)
+    if (c == '-') c = '_';
+  return out;
+}
+
+namespace {
+
+bool validModuleName(std::string_view n) {
+  if (n.empty() || n.size() > 64) return false;  // MODULE_NAME_LEN is 56 on 64-bit kernels
+  for (char c : n)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
+  return true;
+}
+
+void appendWord(std::string& list, const std::string& word) {
+  if (word.empty()) return;
+  if (!list.empty()) list += ' ';
+  list += word;
+}
+
+}  // namespace
+
+std::set<std::string> parseProcModules(std::string_view text) {
+  std::set<std::string> out;
+  forEachLine(text, [&](std::string_view line) {
+    std::string_view fields[2];
+    int n = 0;
+    forEachWord(line, [&](std::string_view w) {
+      if (n < 2) fields[n] = w;
+      ++n;
+    });
+    if (n < 2 || !validModuleName(fields[0]) || !parseU64(fields[1])) return;
+    out.insert(normalizeModuleName(fields[0]));
+  });
+  return out;
+}
+
+std::set<std::string> parseModulesBuiltin(std::string_view text) {
+  std::set<std::string> out;
+  forEachLine(text, [&](std::string_view line) {
+    line = trim(line);
+    if (line.size() < 4 || line.substr(line.size() - 3) != ".ko") return;
+    auto slash = line.rfind('/');
+    auto base = line.substr(slash == std::string_view::npos ? 0 : slash + 1);
+    base.remove_suffix(3);
+    if (validModuleName(base)) out.insert(normalizeModuleName(base));
+  });
+  return out;
+}
+
+std::map<std::string, std::string> parseModulesDevname(std::string_view text) {
+  std::map<std::string, std::string> out;
+  forEachLine(text, [&](std::string_view line) {
+    line = trim(line);
+    if (line.empty() || line.front() == '#') return;
+    std::string_view f[3];
+    int n = 0;
+    forEachWord(line, [&](std::string_view w) {
+      if (n < 3) f[n] = w;
+      ++n;
+    });
+    if (n != 3 || !validModuleName(f[0]) || f[1].empty() || f[1].size() > 255) return;
+    if (f[2].size() < 2 || (f[2][0] != 'c' && f[2][0] != 'b')) return;
+    out[normalizeModuleName(f[0])] = std::string(f[1]);
+  });
+  return out;
+}
+
+std::map<std::string, bool> requiredModules(const ModulesObservation& o) {
+  std::map<std::string, bool> req{{"tun", true}, {"vhost_net", false}};
+  // arm64 KVM is bool in Kconfig: it is never a module, the misc device is the evidence.
+  if (o.arch != "arm64") req["kvm"] = true;
+  if (!o.vendor_module.empty()) req[o.vendor_module] = true;
+  return req;
+}
+
+CheckResult evaluateKernelModules(const ModulesObservation& o) {
+  if (!o.loaded) {
+    return makeResult("kernel-modules", Status::Unknown, "ModulesUnreadable", o.loaded_error,
+                      "check that the host's /proc is mounted (--host-root / --path.procfs)");
+  }
+  std::vector<Evidence> ev;
+  std::string missing_required, missing_optional, undecided;
+  for (const auto& [name, required] : requiredModules(o)) {
+    std::string where;
+    if (o.loaded->count(name))
+      where = "loaded";
+    else if (o.builtin && o.builtin->count(name))
+      where = "built in";
+    else if (o.in_sysfs.count(name))
+      where = "built in (sysfs module directory)";
+    else if (o.misc_registered.count(name))
+      where = name == o.vendor_module ? "in the running kernel (it registered the kvm misc device)"
+                                      : "in the running kernel (misc device registered)";
+    else if (auto d = o.devname.find(name); d != o.devname.end())
+      where =
+          "not loaded; autoloads on first open of device node " + d->second + " (modules.devname)";
+    if (!where.empty()) {
+      ev.push_back({"module " + name, where});
+      continue;
+    }
+    if (!o.builtin && required && !o.no_module_support) {
+      appendWord(undecided, name);
+      ev.push_back({"module " + name, "not loaded; built-in list unreadable"});
+      continue;
+    }
+    ev.push_back({"module " + name, "missing"});
+    appendWord(required ? missing_required : missing_optional, name);
+  }
+  if (o.arch == "arm64")
+    ev.push_back({"module kvm", o.kvm_misc_present ? "built in (arm64, misc device present)"
+                                                   : "not in the running kernel (arm64)"});
+
+  CheckResult r;
+  auto all = missing_required;
+  appendWord(all, missing_optional);
+  auto hint = "load them: modprobe -a " + all + " (persist in /etc/modules-load.d/)";
+  if (!missing_required.empty()) {
+    r = makeResult("kernel-modules", Status::Fail, "ModulesMissing",
+                   "required modules neither loaded nor built in: " + missing_required +
+                       (missing_optional.empty() ? "" : "; recommended: " + missing_optional),
+                   hint);
+  } else if (!undecided.empty()) {
+    r = makeResult("kernel-modules", Status::Unknown, "BuiltinListUnreadable",
+                   "not loaded, and cannot tell whether built in: " + undecided,
+                   "mount the host's /lib/modules (--path.rootfs) so modules.builtin of release " +
+                       (o.release.empty() ? std::string("?") : o.release) + " can be read");
+  } else if (!missing_optional.empty()) {
+    r = makeResult("kernel-modules", Status::Warn, "RecommendedModulesMissing",
+                   "recommended modules missing: " + missing_optional, hint);
+  } else {
+    r = makeResult("kernel-modules", Status::Pass, "ModulesPresent",
+                   "every module KubeVirt needs is loaded or built in");
+  }
+  r.evidence = std::move(ev);
+  r.evidence.push_back(
+      {"kernel release (osrelease)", o.release.empty() ? "unreadable" : o.release});
+  if (o.no_module_support)
+    r.evidence.push_back({"procfs modules", "absent: kernel built without module support"});
+  r.evidence.push_back({"modules.builtin", o.builtin
+                                               ? std::to_string(o.builtin->size()) + " modules"
+                                               : o.builtin_error});
+  return r;
+}
+
+CheckResult KernelModulesProbe::run(const ProbeContext& ctx) {
+  ModulesObservation o;
+  if (auto text = readFile(ctx.host.proc("cpuinfo"))) {
+    auto cpu = parseCpuInfo(*text);
+    o.arch = cpu.arch;
+    o.vendor_module = kvmVendorModule(cpu);
+  }
+  struct stat st {};
+  o.kvm_misc_present = ::stat(ctx.host.sys("class/misc/kvm").c_str(), &st) == 0;
+  if (auto text = readFile(ctx.host.proc("modules"))) {
+    o.loaded = parseProcModules(*text);
+  } else if (text.error().code == ENOENT && ::stat(ctx.host.proc("self").c_str(), &st) == 0) {
+    // procfs is there but has no modules file: CONFIG_MODULES=n, everything is built in.
+    o.loaded.emplace();
+    o.no_module_support = true;
+  } else {
+    o.loaded_error = text.error().message;
+  }
+  if (auto rel = readValue(ctx.host.proc("sys/kernel/osrelease"))) o.release = *rel;
+  if (o.release.empty() || o.release.find('/') != std::string::npos) {
+    o.release.clear();
+    o.builtin_error = "failed to read " + ctx.host.proc("sys/kernel/osrelease");
+  } else if (auto text = readFile(ctx.host.root("lib/modules/" + o.release + "/modules.builtin"))) {
+    o.builtin = parseModulesBuiltin(*text);
+    if (auto dn = readFile(ctx.host.root("lib/modules/" + o.release + "/modules.devname")))
+      o.devname = parseModulesDevname(*dn);
+  } else {
+    o.builtin_error = text.error().message;
+  }
+  // x86 registers the kvm misc device only once kvm_intel/kvm_amd initialised.
+  const std::map<std::string, std::string> misc = {
+      {"kvm", "kvm"}, {"tun", "tun"}, {"vhost_net", "vhost-net"}, {o.vendor_module, "kvm"}};
+  for (const auto& [name, required] : requiredModules(o)) {
+    (void)required;
+    if (::stat(ctx.host.sys("module/" + name).c_str(), &st) == 0) o.in_sysfs.insert(name);
+    auto m = misc.find(name);
+    if (m != misc.end() && ::stat(ctx.host.sys("class/misc/" + m->second).c_str(), &st) == 0)
+      o.misc_registered.insert(name);
+  }
+  return evaluateKernelModules(o);
+}
+
+}  // namespace nodegate

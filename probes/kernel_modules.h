@@ -1,0 +1,61 @@
+// kernel-modules: are the modules KubeVirt needs loaded or built into the running kernel?
+// Built-in modules never show in /proc/modules, so modules.builtin of the *host's* running
+// release is read too; the release comes from <proc>/sys/kernel/osrelease because uname() in a
+// container reports the same kernel but a chart may point --path.procfs elsewhere on purpose.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "nodegate/probe.h"
+
+namespace nodegate {
+
+// /proc/modules ("name size refcnt deps state addr") -> module names. Also accepts lsmod
+// output: the header and any line whose second field is not a size are skipped.
+std::set<std::string> parseProcModules(std::string_view text);
+
+// modules.builtin ("kernel/drivers/net/tun.ko" per line) -> module names, '-' folded to '_'
+// as the kernel does. Lines that are not a .ko path are skipped.
+std::set<std::string> parseModulesBuiltin(std::string_view text);
+
+// modules.devname ("tun net/tun c10:200") -> module name -> device node it autoloads on. A
+// module listed there is loaded by the kernel on the first open of its node (kmod creates the
+// node at boot), so "not loaded yet" is not "missing".
+std::map<std::string, std::string> parseModulesDevname(std::string_view text);
+
+// A module name as the kernel spells it in /proc/modules and /sys/module ('-' -> '_').
+std::string normalizeModuleName(std::string_view name);
+
+struct ModulesObservation {
+  std::string arch;                              // cpuinfo arch
+  std::string vendor_module;                     // kvm_intel / kvm_amd / ""
+  bool kvm_misc_present = false;                 // arm64: KVM is a boolean Kconfig, never a module
+  std::optional<std::set<std::string>> loaded;   // nullopt: /proc/modules unreadable
+  std::optional<std::set<std::string>> builtin;  // nullopt: modules.builtin unreadable
+  std::map<std::string, std::string> devname;    // modules.devname (empty if unreadable)
+  std::set<std::string> in_sysfs;  // required names with a <sys>/module/<name> directory
+  // Required names whose driver registered its misc device (<sys>/class/misc/kvm, tun,
+  // vhost-net): proof the code is in the running kernel however it got there.
+  std::set<std::string> misc_registered;
+  bool no_module_support = false;  // <proc>/modules absent: a kernel built without modules
+  std::string release;             // "" when osrelease is unreadable
+  std::string loaded_error, builtin_error;
+};
+
+// Names this host needs, each with whether it is required (FAIL) or only recommended (WARN).
+std::map<std::string, bool> requiredModules(const ModulesObservation& obs);
+
+CheckResult evaluateKernelModules(const ModulesObservation& obs);
+
+class KernelModulesProbe final : public Probe {
+ public:
+  std::string_view name() const override { return "kernel-modules"; }
+  std::uint32_t triggers() const override { return kTriggerTimer | kTriggerUdevMisc; }
+  CheckResult run(const ProbeContext& ctx) override;
+};
+
+}  // namespace nodegate

@@ -1,0 +1,35 @@
+// nested-virt: may guests on this node run their own hypervisor (kvm_intel/kvm_amd "nested")?
+// Published as the nested-virt label; a WARN only when the policy requires it
+// (config: checks.nested-virt.required = true), since most workstation VMs do not need it.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "nodegate/probe.h"
+
+namespace nodegate {
+
+// A sysfs boolean module parameter: "Y"/"N" (bool params) or "1"/"0" (int params such as
+// kvm_amd's). Anything else is nullopt.
+std::optional<bool> parseSysfsBool(std::string_view text);
+
+struct NestedObservation {
+  std::string arch;
+  std::string module;           // kvm_intel / kvm_amd whose parameter was read, or ""
+  std::optional<bool> nested;   // nullopt: the parameter file is absent or unparsable
+  std::string raw;              // the parameter file content, for evidence
+  bool cpu_hypervisor = false;  // this node is itself a guest
+  bool required = false;        // policy
+};
+
+CheckResult evaluateNestedVirt(const NestedObservation& obs);
+
+class NestedVirtProbe final : public Probe {
+ public:
+  std::string_view name() const override { return "nested-virt"; }
+  CheckResult run(const ProbeContext& ctx) override;
+};
+
+}  // namespace nodegate

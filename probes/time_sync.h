@@ -1,0 +1,126 @@
+// time-sync: is the host clock synchronised, and how far off can it be?
+// Two sources, read on every run: org.freedesktop.timedate1 on the host's system bus
+// (NTPSynchronized, NTP, Timezone) and the kernel's own adjtimex() state, which needs no bus and
+// also gives the error bounds. A clock that drifts breaks TLS to the API server, token validation
+// and the time inside VMs.
+//
+// Settings (checks."time-sync" in --config):
+//   bus                 D-Bus address ("unix:path=...") or socket path; default the host's
+//                       <rootfs>/run/dbus/system_bus_socket (the chart mounts it)
+//   max_error_seconds   kernel maximum error at or above which the result is WARN (0.1)
+//   grace_seconds       how long the clock may be unsynchronised before FAIL (600)
+//   timeout_seconds     bound on every D-Bus call (1)
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "nodegate/probe.h"
+#include "nodegate/seams.h"
+
+namespace nodegate {
+
+// The bus a D-Bus probe talks to: checks.<probe>.bus, an address ("unix:path=...") taken as is or
+// a socket path made into one, defaulting to the host's system bus socket under --path.rootfs.
+std::string probeBusAddress(const HostRoot& host, const Config& cfg, std::string_view probe);
+
+// Seconds from checks.<probe>.timeout_seconds (default 1), clamped to something sane.
+std::chrono::milliseconds probeBusTimeout(const Config& cfg, std::string_view probe);
+
+struct TimedateInfo {
+  bool ntp_synchronized = false;
+  std::optional<bool> ntp;  // the NTP service is enabled
+  std::string timezone;
+};
+
+// NTPSynchronized must be present and boolean; NTP and Timezone are optional but, if present,
+// must have their documented types. A wrong type is an error naming the property and its type.
+Result<TimedateInfo> parseTimedate(const DBusProperties& props);
+
+struct TimexInfo {
+  bool synchronized = false;
+  bool sta_unsync = false;
+  double max_error_s = 0;
+  double est_error_s = 0;
+  double offset_s = 0;
+  int state = 0;
+  int status = 0;
+};
+
+// The kernel's verdict. STA_UNSYNC alone is not trusted: chronyd without rtcsync keeps it set on
+// a disciplined clock (systemd-timedated ignores it for that reason), so a maximum error under
+// the kernel's 16 s cap also counts as synchronised; the error threshold still applies.
+TimexInfo interpretTimex(const KernelTimex& tx);
+
+// How long the clock had already been unsynchronised when first seen so, from what the kernel
+// shows: at the 16 s maximum-error cap it has not been disciplined since boot or for at least
+// the ~8.9 h the bound takes to grow there at 500 ppm. Otherwise nothing is known (0).
+double unsyncedBefore(const TimexInfo& tx, std::optional<double> uptime_s);
+
+// Remembers since when the clock has been unsynchronised, across runs of one probe object.
+class UnsyncedClock {
+ public:
+  // Returns seconds unsynchronised (0 when synchronised). prior_s backdates the first
+  // observation (see unsyncedBefore).
+  double observe(bool synchronized, std::chrono::steady_clock::time_point now, double prior_s);
+
+ private:
+  std::optional<std::chrono::steady_clock::time_point> since_;
+};
+
+struct TimeSyncPolicy {
+  double max_error_s = 0.1;
+  double grace_s = 600;
+};
+
+struct TimeSyncInputs {
+  std::optional<TimedateInfo> timedate;
+  std::string timedate_error;  // why timedate is empty
+  std::optional<TimexInfo> kernel;
+  std::string kernel_error;  // why kernel is empty
+  double unsynced_for_s = 0;
+};
+
+// Pure evaluation; metrics nodegate_time_synchronized, _max_error_seconds, _offset_seconds.
+CheckResult evaluateTimeSync(const TimeSyncInputs& in, const TimeSyncPolicy& policy);
+
+class TimeSyncProbe final : public Probe {
+ public:
+  TimeSyncProbe(std::shared_ptr<DBus> dbus, std::shared_ptr<KernelClock> clock);
+  std::string_view name() const override { return "time-sync"; }
+  std::uint32_t triggers() const override { return kTriggerTimer | kTriggerDBusTime; }
+  CheckResult run(const ProbeContext& ctx) override;
+
+ private:
+  std::shared_ptr<DBus> dbus_;
+  std::shared_ptr<KernelClock> clock_;
+  std::unique_ptr<DBusClient> client_;  // kept across runs: one connection, reconnected inside
+  std::string client_key_;
+  UnsyncedClock unsynced_;
+};
+
+// Turns timedate1's PropertiesChanged into a trigger for the agent. Wiring, in the agent:
+//
+//   TimeSyncWatcher watch(*seams.dbus, probeBusAddress(host, cfg, "time-sync"),
+//                         [&runner] { runner.trigger(kTriggerDBusTime); });
+//
+// on_change runs on the watcher's own D-Bus thread on every PropertiesChanged of
+// org.freedesktop.timedate1 and whenever the bus connection drops or comes back (then anything
+// may have changed). It must be short and non-blocking; destroy the watcher before what the
+// callback touches. The watcher reconnects by itself with backoff.
+// Note: timedated signals changes of NTP and Timezone; NTPSynchronized is computed on read, so
+// losing sync is still caught by the periodic resync.
+class TimeSyncWatcher {
+ public:
+  TimeSyncWatcher(DBus& dbus, const std::string& address, std::function<void()> on_change,
+                  std::chrono::milliseconds timeout = std::chrono::seconds(1));
+
+ private:
+  std::unique_ptr<DBusClient> client_;
+};
+
+}  // namespace nodegate

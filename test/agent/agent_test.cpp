@@ -1,0 +1,619 @@
+// Unit tests of the agent: state and damping, trigger routing, probe timeouts, the loop, the
+// HTTP router and handlers, the metrics publisher. Probes here are fakes; the HTTP listener test
+// binds a real civetweb socket on 127.0.0.1 (ports 19200-19209 belong to this file).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "agent.h"
+#include "agent_runner.h"
+#include "events.h"
+#include "http_server.h"
+#include "metrics.h"
+#include "page.h"
+#include "state.h"
+
+namespace nodegate {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class FakeProbe final : public Probe {
+ public:
+  using Fn = std::function<CheckResult(int run)>;
+  FakeProbe(std::string name, std::uint32_t triggers, Fn fn)
+      : name_(std::move(name)), triggers_(triggers), fn_(std::move(fn)) {}
+  std::string_view name() const override { return name_; }
+  std::uint32_t triggers() const override { return triggers_; }
+  CheckResult run(const ProbeContext&) override { return fn_(++runs); }
+  std::atomic<int> runs{0};
+
+ private:
+  std::string name_;
+  std::uint32_t triggers_;
+  Fn fn_;
+};
+
+CheckResult result(const std::string& check, Status s, std::string reason = "R") {
+  return makeResult(check, s, std::move(reason), "message of " + check,
+                    s == Status::Pass ? "" : "do something about " + check);
+}
+
+FakeProbe::Fn always(Status s, const std::string& check) {
+  return [s, check](int) { return result(check, s); };
+}
+
+using TP = std::chrono::system_clock::time_point;
+TP at(int seconds) { return TP(std::chrono::seconds(1'000'000 + seconds)); }
+
+// ---------------------------------------------------------------- state and damping
+
+TEST(StateStore, FirstResultIsPublishedAtOnceEvenWithDamping) {
+  StateStore st({"a"});
+  EXPECT_TRUE(st.apply(result("a", Status::Fail), at(0), 3));
+  Config cfg;
+  cfg.required = {"a"};
+  auto snap = st.snapshot(cfg, at(0));
+  ASSERT_EQ(snap.checks.size(), 1u);
+  EXPECT_EQ(snap.checks[0].result.status, Status::Fail);
+  EXPECT_EQ(snap.checks[0].since, at(0));
+  EXPECT_TRUE(snap.complete);
+  EXPECT_FALSE(snap.gate_open);
+  EXPECT_EQ(snap.gate_blockers, std::vector<std::string>{"a"});
+}
+
+TEST(StateStore, DampingHoldsANewStatusUntilItRepeats) {
+  StateStore st({"a"});
+  Config cfg;
+  st.apply(result("a", Status::Pass), at(0), 3);
+  EXPECT_FALSE(st.apply(result("a", Status::Fail), at(1), 3));
+  EXPECT_FALSE(st.apply(result("a", Status::Fail), at(2), 3));
+  auto s = st.snapshot(cfg, at(2));
+  EXPECT_EQ(s.checks[0].result.status, Status::Pass);
+  EXPECT_EQ(s.checks[0].raw_status, Status::Fail);
+  EXPECT_EQ(s.checks[0].last_run, at(2));
+  EXPECT_TRUE(st.apply(result("a", Status::Fail), at(3), 3));
+  s = st.snapshot(cfg, at(3));
+  EXPECT_EQ(s.checks[0].result.status, Status::Fail);
+  EXPECT_EQ(s.checks[0].since, at(3));
+}
+
+TEST(StateStore, AnInterruptedStreakStartsOver) {
+  StateStore st({"a"});
+  Config cfg;
+  st.apply(result("a", Status::Pass), at(0), 2);
+  st.apply(result("a", Status::Fail), at(1), 2);
+  st.apply(result("a", Status::Pass), at(2), 2);  // flap back: streak reset
+  st.apply(result("a", Status::Fail), at(3), 2);
+  EXPECT_EQ(st.snapshot(cfg, at(3)).checks[0].result.status, Status::Pass);
+  st.apply(result("a", Status::Warn), at(4), 2);  // a different new status: streak restarts
+  EXPECT_EQ(st.snapshot(cfg, at(4)).checks[0].result.status, Status::Pass);
+  st.apply(result("a", Status::Warn), at(5), 2);
+  EXPECT_EQ(st.snapshot(cfg, at(5)).checks[0].result.status, Status::Warn);
+  EXPECT_EQ(st.snapshot(cfg, at(5)).checks[0].since, at(5));
+}
+
+TEST(StateStore, SinceMovesOnlyOnStatusChangeButDetailsFollow) {
+  StateStore st({"a"});
+  Config cfg;
+  st.apply(result("a", Status::Fail, "One"), at(0), 1);
+  auto gen = st.generation();
+  EXPECT_FALSE(st.apply(result("a", Status::Fail, "One"), at(5), 1));
+  EXPECT_EQ(st.generation(), gen);  // identical: nothing published changed
+  EXPECT_TRUE(st.apply(result("a", Status::Fail, "Two"), at(6), 1));
+  auto s = st.snapshot(cfg, at(6));
+  EXPECT_EQ(s.checks[0].result.reason, "Two");
+  EXPECT_EQ(s.checks[0].since, at(0));
+  EXPECT_GT(st.generation(), gen);
+}
+
+TEST(StateStore, NotRunYetIsIncompleteAndKeepsTheGateClosed) {
+  StateStore st({"a", "b"});
+  Config cfg;
+  cfg.required = {"a"};
+  st.apply(result("a", Status::Pass), at(0), 1);
+  auto s = st.snapshot(cfg, at(0));
+  EXPECT_FALSE(s.complete);
+  EXPECT_TRUE(s.gate_open);  // only "a" is required
+  cfg.required = {"a", "b"};
+  s = st.snapshot(cfg, at(0));
+  EXPECT_FALSE(s.gate_open);
+  EXPECT_EQ(s.checks[1].result.reason, "NotRunYet");
+}
+
+TEST(StateStore, DampingComesFromConfigWithDefaultOne) {
+  Config cfg;
+  EXPECT_EQ(dampingFor(cfg, "lvm"), 1);
+  cfg.damping["lvm"] = 3;
+  cfg.damping["bad"] = 0;
+  EXPECT_EQ(dampingFor(cfg, "lvm"), 3);
+  EXPECT_EQ(dampingFor(cfg, "bad"), 1);
+}
+
+// ---------------------------------------------------------------- runner
+
+struct Fixture {
+  std::vector<FakeProbe*> probes;
+  std::shared_ptr<Runner> runner;
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+
+  Fixture(std::vector<std::unique_ptr<FakeProbe>> list, Config cfg = {}, RunnerOptions ro = {}) {
+    ProbeList pl;
+    for (auto& p : list) {
+      probes.push_back(p.get());
+      pl.push_back(std::move(p));
+    }
+    ro.registry = registry;
+    runner = std::make_shared<Runner>(std::move(pl), HostRoot("/nonexistent"), std::move(cfg), ro);
+  }
+};
+
+std::vector<std::unique_ptr<FakeProbe>> routingProbes() {
+  std::vector<std::unique_ptr<FakeProbe>> v;
+  v.push_back(std::make_unique<FakeProbe>("misc", kTriggerTimer | kTriggerUdevMisc, always(Status::Pass, "misc")));
+  v.push_back(std::make_unique<FakeProbe>("block", kTriggerTimer | kTriggerUdevBlock, always(Status::Pass, "block")));
+  v.push_back(std::make_unique<FakeProbe>("timer-only", kTriggerTimer, always(Status::Pass, "timer-only")));
+  return v;
+}
+
+TEST(Runner, TriggerRunsOnlyTheProbesListeningToIt) {
+  Fixture f(routingProbes());
+  f.runner->runCycle(kTriggerUdevMisc);
+  EXPECT_EQ(f.probes[0]->runs, 1);
+  EXPECT_EQ(f.probes[1]->runs, 0);
+  EXPECT_EQ(f.probes[2]->runs, 0);
+  f.runner->runCycle(kTriggerUdevBlock | kTriggerUdevMisc);
+  EXPECT_EQ(f.probes[0]->runs, 2);
+  EXPECT_EQ(f.probes[1]->runs, 1);
+  EXPECT_EQ(f.probes[2]->runs, 0);
+  EXPECT_FALSE(f.runner->snapshot()->complete);
+  f.runner->runCycle(kTriggerTimer);  // the resync runs everything
+  EXPECT_EQ(f.probes[2]->runs, 1);
+  EXPECT_TRUE(f.runner->snapshot()->complete);
+  f.runner->runCycle(kTriggerDns);  // nobody listens: no run, no cycle counted
+  EXPECT_EQ(f.probes[0]->runs + f.probes[1]->runs + f.probes[2]->runs, 6);
+}
+
+TEST(Runner, ConfigAddsTriggersToAProbe) {
+  Config cfg;
+  cfg.set("timer-only", "triggers", nlohmann::json::array({"netlink", "bogus"}));
+  Fixture f(routingProbes(), cfg);
+  f.runner->runCycle(kTriggerNetLink);
+  EXPECT_EQ(f.probes[2]->runs, 1);
+  EXPECT_EQ(f.probes[0]->runs, 0);
+  EXPECT_EQ(parseTriggerName("udev-block"), kTriggerUdevBlock);
+  EXPECT_EQ(triggerName(kTriggerDBusTime), "dbus-time");
+  EXPECT_FALSE(parseTriggerName("nope"));
+}
+
+TEST(Runner, AHangingProbeBecomesUnknownAndTheOthersGoOn) {
+  std::atomic<bool> release{false};
+  std::vector<std::unique_ptr<FakeProbe>> v;
+  v.push_back(std::make_unique<FakeProbe>("hang", kTriggerTimer, [&](int run) {
+    if (run == 1)
+      while (!release) std::this_thread::sleep_for(5ms);
+    return result("hang", Status::Pass);
+  }));
+  v.push_back(std::make_unique<FakeProbe>("quick", kTriggerTimer, always(Status::Pass, "quick")));
+  Config cfg;
+  cfg.set("hang", "timeout_seconds", 0.2);
+  Fixture f(std::move(v), cfg);
+
+  auto t0 = std::chrono::steady_clock::now();
+  f.runner->runCycle(kTriggerTimer);
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, 2s);
+  auto s = f.runner->snapshot();
+  EXPECT_EQ(s->find("hang")->result.status, Status::Unknown);
+  EXPECT_EQ(s->find("hang")->result.reason, "ProbeTimeout");
+  EXPECT_THAT(s->find("hang")->result.hint, HasSubstr("timeout_seconds"));
+  EXPECT_EQ(s->find("quick")->result.status, Status::Pass);
+
+  // Still stuck: not started a second time, still UNKNOWN.
+  f.runner->runCycle(kTriggerTimer);
+  EXPECT_EQ(f.probes[0]->runs, 1);
+  EXPECT_THAT(f.runner->snapshot()->find("hang")->result.message, HasSubstr("has not returned"));
+
+  release = true;
+  std::this_thread::sleep_for(50ms);
+  f.runner->runCycle(kTriggerTimer);
+  EXPECT_EQ(f.probes[0]->runs, 2);
+  EXPECT_EQ(f.runner->snapshot()->find("hang")->result.status, Status::Pass);
+  EXPECT_THAT(serializeMetrics(*f.registry),
+              HasSubstr("nodegate_agent_probe_timeouts_total{check=\"hang\"} 1"));
+}
+
+TEST(Runner, AThrowingProbeBecomesUnknown) {
+  std::vector<std::unique_ptr<FakeProbe>> v;
+  v.push_back(std::make_unique<FakeProbe>("boom", kTriggerTimer, [](int) -> CheckResult {
+    throw std::runtime_error("kaput");
+  }));
+  Fixture f(std::move(v));
+  f.runner->runCycle(kTriggerTimer);
+  const auto* st = f.runner->snapshot()->find("boom");
+  EXPECT_EQ(st->result.status, Status::Unknown);
+  EXPECT_EQ(st->result.reason, "ProbeError");
+}
+
+struct CountingPublisher final : Publisher {
+  std::atomic<int> calls{0};
+  std::atomic<bool> complete{false};
+  void publish(const Snapshot& s) override {
+    ++calls;
+    complete = s.complete;
+  }
+};
+
+TEST(Runner, LoopRunsEverythingFirstThenReactsToTriggersFromOtherThreads) {
+  RunnerOptions ro;
+  ro.resync = std::chrono::duration<double>(3600);
+  Fixture f(routingProbes(), {}, ro);
+  auto pub = std::make_shared<CountingPublisher>();
+  f.runner->addPublisher(pub);
+  f.runner->start();
+  auto wait = [&](auto pred) {
+    auto end = std::chrono::steady_clock::now() + 3s;
+    while (!pred() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(2ms);
+    return pred();
+  };
+  ASSERT_TRUE(wait([&] { return pub->complete.load(); }));
+  EXPECT_EQ(f.probes[2]->runs, 1);
+
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread([&] { f.runner->trigger(kTriggerUdevBlock); }).join();
+  ASSERT_TRUE(wait([&] { return f.probes[1]->runs.load() == 2; }));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 500ms);
+  EXPECT_EQ(f.probes[0]->runs, 1);
+  EXPECT_EQ(f.probes[2]->runs, 1);
+  EXPECT_THAT(serializeMetrics(*f.registry),
+              HasSubstr("nodegate_agent_triggers_total{trigger=\"udev-block\"} 1"));
+  f.runner->stop();
+}
+
+TEST(Runner, TheTimerResyncsEverything) {
+  RunnerOptions ro;
+  ro.resync = std::chrono::duration<double>(0.1);
+  Fixture f(routingProbes(), {}, ro);
+  f.runner->start();
+  std::this_thread::sleep_for(600ms);
+  f.runner->stop();
+  EXPECT_GE(f.probes[2]->runs, 3);
+}
+
+TEST(Runner, StopsWithinASecondEvenWithAProbeStuck) {
+  std::vector<std::unique_ptr<FakeProbe>> v;
+  auto gate = std::make_shared<std::atomic<bool>>(false);
+  v.push_back(std::make_unique<FakeProbe>("stuck", kTriggerTimer, [gate](int) {
+    while (!*gate) std::this_thread::sleep_for(5ms);
+    return result("stuck", Status::Pass);
+  }));
+  Fixture f(std::move(v));
+  f.runner->start();
+  std::this_thread::sleep_for(100ms);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(f.runner->stop(), 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  *gate = true;  // let the abandoned thread finish; it holds its own state
+  std::this_thread::sleep_for(50ms);
+}
+
+TEST(Runner, ReloadAppliesTheNewPolicyAndRerunsEverything) {
+  RunnerOptions ro;
+  ro.resync = std::chrono::duration<double>(3600);
+  Config cfg;
+  cfg.required = {"misc"};
+  Fixture f(routingProbes(), cfg, ro);
+  f.runner->start();
+  auto end = std::chrono::steady_clock::now() + 3s;
+  while (!f.runner->snapshot()->complete && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(2ms);
+  EXPECT_TRUE(f.runner->snapshot()->gate_open);
+  Config strict;
+  strict.required = {"misc", "missing-check"};
+  f.runner->reload(strict);
+  end = std::chrono::steady_clock::now() + 3s;
+  while (f.runner->snapshot()->gate_open && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(2ms);
+  EXPECT_FALSE(f.runner->snapshot()->gate_open);
+  EXPECT_EQ(f.probes[2]->runs, 2);
+  f.runner->stop();
+}
+
+// ---------------------------------------------------------------- router
+
+HttpRequest get(std::string path, std::string method = "GET") {
+  HttpRequest r;
+  r.method = std::move(method);
+  auto q = path.find('?');
+  if (q != std::string::npos) {
+    r.query = path.substr(q + 1);
+    path.resize(q);
+  }
+  r.path = std::move(path);
+  return r;
+}
+
+TEST(HttpRouter, UnknownPathIs404WrongMethodIs405WithAllow) {
+  HttpRouter r;
+  r.handle("/x", [](const HttpRequest&) { return HttpResponse::text(200, "x"); });
+  r.handle("/post", [](const HttpRequest& q) { return HttpResponse::text(200, q.body); }, {"POST"});
+  EXPECT_EQ(r.dispatch(get("/x")).status, 200);
+  EXPECT_EQ(r.dispatch(get("/x", "HEAD")).status, 200);
+  EXPECT_EQ(r.dispatch(get("/nope")).status, 404);
+  EXPECT_EQ(r.dispatch(get("/x/")).status, 404);
+  auto resp = r.dispatch(get("/x", "DELETE"));
+  EXPECT_EQ(resp.status, 405);
+  ASSERT_EQ(resp.headers.size(), 1u);
+  EXPECT_EQ(resp.headers[0].first, "Allow");
+  EXPECT_EQ(resp.headers[0].second, "GET, HEAD");
+  EXPECT_EQ(r.dispatch(get("/post")).status, 405);
+}
+
+TEST(HttpRouter, LongestPrefixWinsAndExactBeatsPrefix) {
+  HttpRouter r;
+  r.handlePrefix("/api/", [](const HttpRequest&) { return HttpResponse::text(200, "api"); });
+  r.handlePrefix("/api/v1/dns/", [](const HttpRequest&) { return HttpResponse::text(200, "dns"); });
+  r.handle("/api/v1/dns/traces", [](const HttpRequest&) { return HttpResponse::text(200, "exact"); });
+  EXPECT_EQ(r.dispatch(get("/api/v1/other")).body, "api");
+  EXPECT_EQ(r.dispatch(get("/api/v1/dns/x")).body, "dns");
+  EXPECT_EQ(r.dispatch(get("/api/v1/dns/traces")).body, "exact");
+  EXPECT_EQ(r.dispatch(get("/apix")).status, 404);
+}
+
+TEST(HttpRouter, AThrowingHandlerIs500NotACrash) {
+  HttpRouter r;
+  r.handle("/t", [](const HttpRequest&) -> HttpResponse { throw std::runtime_error("bad"); });
+  EXPECT_EQ(r.dispatch(get("/t")).status, 500);
+}
+
+TEST(HttpHelpers, QueryAndEscaping) {
+  auto q = parseQuery("a=1&b=x%20y+z&flag&bad=%zz&a=2");
+  EXPECT_EQ(q["a"], "2");
+  EXPECT_EQ(q["b"], "x y z");
+  EXPECT_EQ(q.count("flag"), 1u);
+  EXPECT_EQ(q["bad"], "%zz");
+  EXPECT_EQ(htmlEscape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+}
+
+// ---------------------------------------------------------------- handlers
+
+struct Served {
+  Fixture f;
+  PageSections sections;
+  HttpRouter core, debug;
+  Served(std::vector<std::unique_ptr<FakeProbe>> probes, Config cfg, RunnerOptions ro = {})
+      : f(std::move(probes), cfg, ro) {
+    f.runner->addPublisher(std::make_shared<MetricsPublisher>(f.registry));
+    AgentEndpoints ep;
+    ep.runner = f.runner;
+    ep.registry = f.registry;
+    ep.sections = &sections;
+    ep.page_info = PageInfo{"node-a", "1.2.3", 10, {cfg.required.begin(), cfg.required.end()}};
+    registerCoreRoutes(core, ep);
+    registerDebugRoutes(debug, ep);
+  }
+};
+
+std::vector<std::unique_ptr<FakeProbe>> pageProbes() {
+  std::vector<std::unique_ptr<FakeProbe>> v;
+  v.push_back(std::make_unique<FakeProbe>("kvm-device", kTriggerTimer, [](int) {
+    auto r = makeResult("kvm-device", Status::Fail, "DeviceMissing", "no /dev/kvm <here>",
+                        "load kvm_intel: modprobe kvm_intel");
+    r.evidence.push_back({"<dev>/kvm", "ENOENT"});
+    return r;
+  }));
+  v.push_back(std::make_unique<FakeProbe>("tun", kTriggerTimer, [](int) {
+    auto r = result("tun", Status::Pass);
+    r.metrics.push_back({"nodegate_test_bytes", "Test gauge.", {{"dev", "a"}}, 42});
+    return r;
+  }));
+  return v;
+}
+
+TEST(Handlers, ReadyzAfterTheFirstCycleAndApiShapes) {
+  Config cfg;
+  cfg.required = {"kvm-device", "tun"};
+  Served s(pageProbes(), cfg);
+  EXPECT_EQ(s.core.dispatch(get("/readyz")).status, 503);
+  EXPECT_EQ(s.core.dispatch(get("/healthz")).status, 200);  // grace: 3 resyncs from start
+  EXPECT_EQ(s.core.dispatch(get("/api/v1/checks")).status, 404);  // not on the metrics listener
+  s.f.runner->runCycle(Runner::kRunAll);
+  EXPECT_EQ(s.core.dispatch(get("/readyz")).status, 200);
+
+  auto api = s.debug.dispatch(get("/api/v1/checks"));
+  ASSERT_EQ(api.status, 200);
+  EXPECT_EQ(api.content_type, "application/json");
+  auto j = nlohmann::json::parse(api.body);
+  EXPECT_EQ(j["gate"]["open"], false);
+  EXPECT_EQ(j["gate"]["blockers"], nlohmann::json::array({"kvm-device"}));
+  EXPECT_EQ(j["complete"], true);
+  ASSERT_EQ(j["checks"].size(), 2u);
+  auto one = nlohmann::json::parse(s.debug.dispatch(get("/api/v1/checks/kvm-device")).body);
+  EXPECT_EQ(one["status"], "FAIL");
+  EXPECT_EQ(one["hint"], "load kvm_intel: modprobe kvm_intel");
+  EXPECT_TRUE(one["since"].is_string());
+  EXPECT_TRUE(one["last_run"].is_string());
+  EXPECT_TRUE(one.contains("duration_seconds"));
+  EXPECT_EQ(s.debug.dispatch(get("/api/v1/checks/nope")).status, 404);
+  EXPECT_EQ(s.debug.dispatch(get("/api/v1/checks", "POST")).status, 405);
+}
+
+TEST(Handlers, HealthzFailsWhenNoCycleWithinThreeResyncs) {
+  RunnerOptions ro;
+  ro.resync = std::chrono::duration<double>(0.05);
+  Served s(pageProbes(), {}, ro);
+  s.f.runner->runCycle(Runner::kRunAll);
+  EXPECT_EQ(s.core.dispatch(get("/healthz")).status, 200);
+  std::this_thread::sleep_for(200ms);  // > 3 x 50 ms without a cycle: the loop is not running
+  auto r = s.core.dispatch(get("/healthz"));
+  EXPECT_EQ(r.status, 503);
+  EXPECT_THAT(r.body, HasSubstr("no probe cycle"));
+}
+
+TEST(Handlers, PageShowsVerdictFailingChecksFirstWithHintsAndSections) {
+  Config cfg;
+  cfg.required = {"kvm-device", "tun"};
+  Served s(pageProbes(), cfg);
+  EXPECT_THAT(s.debug.dispatch(get("/")).body, HasSubstr("Starting"));
+  s.sections.add("dns", "Guest DNS", [](const Snapshot&) { return std::string("<p id=\"dns-x\">ok</p>"); });
+  s.sections.add("broken", "Broken", [](const Snapshot&) -> std::string { throw std::runtime_error("x"); });
+  s.f.runner->runCycle(Runner::kRunAll);
+  auto page = s.debug.dispatch(get("/"));
+  ASSERT_EQ(page.status, 200);
+  EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
+  const std::string& b = page.body;
+  EXPECT_THAT(b, HasSubstr("<meta http-equiv=\"refresh\""));
+  EXPECT_THAT(b, HasSubstr("VM gate CLOSED"));
+  EXPECT_THAT(b, HasSubstr("load kvm_intel: modprobe kvm_intel"));
+  EXPECT_THAT(b, HasSubstr("no /dev/kvm &lt;here&gt;"));  // escaped
+  EXPECT_THAT(b, Not(HasSubstr("<here>")));
+  EXPECT_THAT(b, HasSubstr("id=\"dns-x\""));
+  EXPECT_THAT(b, HasSubstr("this section failed to render"));
+  EXPECT_LT(b.find("data-check=\"kvm-device\""), b.find("data-check=\"tun\""));  // failing first
+  EXPECT_THAT(b, Not(HasSubstr("<script")));
+  EXPECT_THAT(b, Not(HasSubstr("http://")));
+  EXPECT_THAT(b, Not(HasSubstr("https://")));
+}
+
+TEST(Handlers, MetricsCarryChecksGateBuildAndDomainGaugesAndDropStaleSeries) {
+  int phase = 0;
+  std::vector<std::unique_ptr<FakeProbe>> v;
+  v.push_back(std::make_unique<FakeProbe>("lvm", kTriggerTimer, [&](int) {
+    auto r = result("lvm", Status::Pass);
+    r.metrics.push_back({"nodegate_lvm_vg_free_bytes", "Free bytes.", {{"vg", "vg0"}}, 100});
+    if (phase == 0) r.metrics.push_back({"nodegate_lvm_vg_free_bytes", "Free bytes.", {{"vg", "vg1"}}, 7});
+    if (phase == 0) r.metrics.push_back({"nodegate_lvm_other", "Other.", {}, 1});
+    r.metrics.push_back({"bad name!", "x", {}, 1});
+    return r;
+  }));
+  Config cfg;
+  cfg.required = {"lvm"};
+  Served s(std::move(v), cfg);
+  s.f.runner->runCycle(Runner::kRunAll);
+  std::string m = s.core.dispatch(get("/metrics")).body;
+  EXPECT_THAT(m, HasSubstr("nodegate_check_success{check=\"lvm\"} 1"));
+  EXPECT_THAT(m, HasSubstr("nodegate_check_status{check=\"lvm\",status=\"PASS\"} 1"));
+  EXPECT_THAT(m, HasSubstr("nodegate_check_status{check=\"lvm\",status=\"FAIL\"} 0"));
+  EXPECT_THAT(m, HasSubstr("nodegate_check_duration_seconds{check=\"lvm\"}"));
+  EXPECT_THAT(m, HasSubstr("nodegate_check_last_run_timestamp_seconds{check=\"lvm\"}"));
+  EXPECT_THAT(m, HasSubstr("nodegate_gate_open 1"));
+  EXPECT_THAT(m, HasSubstr("nodegate_build_info{version=\""));
+  EXPECT_THAT(m, HasSubstr("nodegate_lvm_vg_free_bytes{vg=\"vg1\"} 7"));
+  EXPECT_THAT(m, HasSubstr("nodegate_lvm_other 1"));
+  EXPECT_THAT(m, Not(HasSubstr("bad name")));
+  phase = 1;
+  s.f.runner->runCycle(Runner::kRunAll);
+  m = s.core.dispatch(get("/metrics")).body;
+  EXPECT_THAT(m, HasSubstr("nodegate_lvm_vg_free_bytes{vg=\"vg0\"} 100"));
+  EXPECT_THAT(m, Not(HasSubstr("vg=\"vg1\"")));
+  EXPECT_THAT(m, Not(HasSubstr("nodegate_lvm_other")));  // whole family gone, HELP included
+  phase = 0;
+  s.f.runner->runCycle(Runner::kRunAll);  // and it comes back
+  EXPECT_THAT(s.core.dispatch(get("/metrics")).body, HasSubstr("nodegate_lvm_other 1"));
+}
+
+TEST(ProcessMetrics, ReadsThisProcess) {
+  auto st = readProcessStats(HostRoot("/"));
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  EXPECT_GT(st->resident_bytes, 1e6);
+  EXPECT_GT(st->virtual_bytes, st->resident_bytes);
+  EXPECT_GE(st->open_fds, 3);
+  EXPECT_GT(st->max_fds, st->open_fds);
+  auto now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_LT(st->start_time_seconds, now + 1);
+  EXPECT_GT(st->start_time_seconds, now - 3600);
+  EXPECT_FALSE(readProcessStats(HostRoot("/nonexistent")).ok());
+}
+
+TEST(KernelEvents, SubsystemsMapToTriggers) {
+  EXPECT_EQ(triggerForSubsystem("misc"), kTriggerUdevMisc);
+  EXPECT_EQ(triggerForSubsystem("block"), kTriggerUdevBlock);
+  EXPECT_EQ(triggerForSubsystem("net"), kTriggerNetLink);
+  EXPECT_EQ(triggerForSubsystem("usb"), 0u);
+  EXPECT_EQ(triggerForSubsystem(nullptr), 0u);
+}
+
+// ---------------------------------------------------------------- real listener
+
+std::string rawExchange(int port, const std::string& bytes) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return "connect failed";
+  }
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    off += static_cast<std::size_t>(n);
+  }
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+    // Stop at a complete response, as a real client does with Content-Length.
+    auto end = out.find("\r\n\r\n");
+    auto cl = out.find("Content-Length: ");
+    if (end != std::string::npos && cl != std::string::npos && cl < end) {
+      std::size_t len = std::stoul(out.substr(cl + 16));
+      bool head = bytes.rfind("HEAD ", 0) == 0;
+      if (out.size() >= end + 4 + (head ? 0 : len)) break;
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+TEST(HttpServer, ServesRoutesAndRefusesOversizeBodies) {
+  auto router = std::make_shared<HttpRouter>();
+  router->handle("/echo", [](const HttpRequest& r) { return HttpResponse::text(200, "got " + r.body); },
+                 {"POST"});
+  router->handle("/q", [](const HttpRequest& r) { return HttpResponse::text(200, r.query); });
+  auto server = HttpServer::start("127.0.0.1:19201", router, "test");
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  EXPECT_EQ(server.value()->port(), 19201);
+  EXPECT_THAT(rawExchange(19201, "GET /q?a=b HTTP/1.1\r\nHost: x\r\n\r\n"),
+              HasSubstr("HTTP/1.1 200 OK"));
+  EXPECT_THAT(rawExchange(19201, "GET /q?a=b HTTP/1.1\r\nHost: x\r\n\r\n"), HasSubstr("\r\n\r\na=b"));
+  EXPECT_THAT(rawExchange(19201, "GET /missing HTTP/1.1\r\nHost: x\r\n\r\n"), HasSubstr("404"));
+  EXPECT_THAT(rawExchange(19201, "PUT /q HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"), HasSubstr("405"));
+  EXPECT_THAT(rawExchange(19201, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"),
+              HasSubstr("got hello"));
+  EXPECT_THAT(rawExchange(19201, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\nxx"),
+              HasSubstr("413"));
+  std::string head = rawExchange(19201, "HEAD /q?abc HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(head, HasSubstr("Content-Length: 3"));
+  EXPECT_THAT(head, Not(HasSubstr("\r\n\r\nabc")));
+  // A second listener on the same port is a clear error, not a crash.
+  auto clash = HttpServer::start("127.0.0.1:19201", router, "clash");
+  ASSERT_FALSE(clash.ok());
+  EXPECT_THAT(clash.error().message, HasSubstr("failed to listen on 127.0.0.1:19201"));
+  // IPv6 works only where civetweb was built with it; otherwise the error says why.
+  auto v6 = HttpServer::start("[::1]:19202", router, "v6");
+  if (!v6.ok()) {
+    EXPECT_THAT(v6.error().message, HasSubstr("no IPv6 support"));
+  }
+}
+
+}  // namespace
+}  // namespace nodegate

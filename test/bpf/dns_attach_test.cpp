@@ -1,0 +1,367 @@
+// The tracer on real devices: two network namespaces joined by a veth pair, the classifier attached
+// inside each through its netns file, real DNS queries sent with dig, and real kernel drops
+// (no socket on port 53; an nftables drop rule) reported with their reason names from BTF.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dns_tracer.h"
+
+namespace nodegate::dns::test {
+namespace {
+
+int sh(const std::string& cmd) {
+  int rc = std::system((cmd + " >/dev/null 2>&1").c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+std::string capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  pclose(p);
+  return out;
+}
+
+// Two namespaces "a" (the client, 10.77.0.1) and "b" (the server side, 10.77.0.2), one veth pair.
+// Names carry the pid so parallel test processes never collide; the destructor removes both
+// namespaces, which takes the veth and any qdisc with it, whatever the test did.
+class TwoNetns {
+ public:
+  TwoNetns() {
+    const std::string id = std::to_string(getpid());
+    a = "ngbpf" + id + "a";
+    b = "ngbpf" + id + "b";
+    dev_a = "ngb" + id + "a";
+    dev_b = "ngb" + id + "b";
+    ok = sh("ip netns add " + a) == 0 && sh("ip netns add " + b) == 0 &&
+         sh("ip link add " + dev_a + " netns " + a + " type veth peer name " + dev_b + " netns " +
+            b) == 0 &&
+         sh("ip -n " + a + " addr add 10.77.0.1/30 dev " + dev_a) == 0 &&
+         sh("ip -n " + b + " addr add 10.77.0.2/30 dev " + dev_b) == 0 &&
+         sh("ip -n " + a + " link set " + dev_a + " up") == 0 &&
+         sh("ip -n " + b + " link set " + dev_b + " up") == 0 &&
+         sh("ip -n " + a + " link set lo up") == 0 && sh("ip -n " + b + " link set lo up") == 0;
+    if (ok) {
+      ifindex_a = std::atoi(
+          capture("ip netns exec " + a + " cat /sys/class/net/" + dev_a + "/ifindex").c_str());
+      ifindex_b = std::atoi(
+          capture("ip netns exec " + b + " cat /sys/class/net/" + dev_b + "/ifindex").c_str());
+      ok = ifindex_a > 0 && ifindex_b > 0;
+    }
+  }
+  ~TwoNetns() { remove(); }
+  void remove() {
+    sh("ip netns del " + a);
+    sh("ip netns del " + b);
+  }
+  std::string path(const std::string& ns) const { return "/run/netns/" + ns; }
+  // One query from a to b's port 53; dig's own exit status does not matter (nothing answers).
+  void query(const std::string& name, const std::string& extra = "") const {
+    sh("ip netns exec " + a + " dig +tries=1 +time=1 " + extra + " @10.77.0.2 " + name);
+  }
+
+  std::string a, b, dev_a, dev_b;
+  int ifindex_a = 0, ifindex_b = 0;
+  bool ok = false;
+};
+
+class DnsAttachTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "attaching tc programs in namespaces needs root";
+    ASSERT_EQ(sh("command -v dig"), 0) << "dig missing (package bind9-dnsutils)";
+    net_ = std::make_unique<TwoNetns>();
+    ASSERT_TRUE(net_->ok) << "failed to build the veth pair between two namespaces";
+    auto t = DnsTracer::open({.ring_bytes = 1u << 20});
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    tracer_ = std::move(t.value());
+    auto ia = tracer_->netnsInode(net_->path(net_->a));
+    auto ib = tracer_->netnsInode(net_->path(net_->b));
+    ASSERT_TRUE(ia.ok() && ib.ok());
+    ino_a_ = *ia;
+    ino_b_ = *ib;
+  }
+  void TearDown() override {
+    tracer_.reset();  // detaches before the namespaces go
+    net_.reset();
+  }
+
+  // Events of our two namespaces only: kfree_skb sees the whole machine.
+  std::vector<ng_dns_event> collect(
+      const std::string& qname, size_t want,
+      std::chrono::milliseconds limit = std::chrono::milliseconds(3000)) {
+    std::vector<ng_dns_event> out;
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto n = tracer_->consume([&](const ng_dns_event& ev) {
+        if ((ev.netns_ino == ino_a_ || ev.netns_ino == ino_b_) && qname == ev.qname)
+          out.push_back(ev);
+      });
+      EXPECT_TRUE(n.ok());
+      if (out.size() >= want) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return out;
+  }
+
+  static const ng_dns_event* find(const std::vector<ng_dns_event>& evs, uint16_t kind, uint16_t dir,
+                                  uint64_t ino) {
+    for (const auto& ev : evs)
+      if (ev.kind == kind && ev.dir == dir && ev.netns_ino == ino) return &ev;
+    return nullptr;
+  }
+
+  std::unique_ptr<TwoNetns> net_;
+  std::unique_ptr<DnsTracer> tracer_;
+  uint64_t ino_a_ = 0, ino_b_ = 0;
+};
+
+TEST_F(DnsAttachTest, SeesQueryOnBothEndsAndTheNoSocketDrop) {
+  auto at_a =
+      tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a, .hop = 3});
+  ASSERT_TRUE(at_a.ok()) << at_a.error().message;
+  auto at_b =
+      tracer_->attach({.netns_path = net_->path(net_->b), .ifindex = net_->ifindex_b, .hop = 4});
+  ASSERT_TRUE(at_b.ok()) << at_b.error().message;
+  EXPECT_EQ(at_a->netns_ino, ino_a_);
+  EXPECT_TRUE(at_a->created_qdisc);
+  EXPECT_NE(capture("tc -n " + net_->a + " filter show dev " + net_->dev_a + " egress")
+                .find("ng_tc_egress"),
+            std::string::npos);
+  // Attaching again is a no-op, not a second filter.
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a, .hop = 3})
+          .ok());
+  EXPECT_EQ(tracer_->attachments().size(), 2u);
+
+  ASSERT_TRUE(tracer_->dropsAvailable()) << "kfree_skb program did not attach";
+  net_->query("probe.nodegate.test");
+  auto evs = collect("probe.nodegate.test", 3);
+
+  const ng_dns_event* out = find(evs, NG_EV_PACKET, NG_DIR_EGRESS, ino_a_);
+  ASSERT_NE(out, nullptr) << "no egress event on the client's veth";
+  EXPECT_EQ(out->ifindex, static_cast<uint32_t>(net_->ifindex_a));
+  EXPECT_EQ(out->hop, 3);
+  EXPECT_TRUE(out->flags & NG_F_HOP_SET);
+  EXPECT_EQ(out->dport, 53);
+  EXPECT_EQ(formatAddress(*out, true), "10.77.0.1");
+  EXPECT_EQ(formatAddress(*out, false), "10.77.0.2");
+  EXPECT_EQ(out->qtype, 1);
+  EXPECT_FALSE(out->flags & NG_F_QR);
+
+  const ng_dns_event* in = find(evs, NG_EV_PACKET, NG_DIR_INGRESS, ino_b_);
+  ASSERT_NE(in, nullptr) << "no ingress event on the server's veth";
+  EXPECT_EQ(in->ifindex, static_cast<uint32_t>(net_->ifindex_b));
+  EXPECT_EQ(in->hop, 4);
+  EXPECT_EQ(in->dns_id, out->dns_id);
+  EXPECT_GE(in->ts_ns, out->ts_ns);
+
+  const ng_dns_event* drop = find(evs, NG_EV_DROP, NG_DIR_NONE, ino_b_);
+  ASSERT_NE(drop, nullptr) << "no drop event for the query nobody listens to";
+  EXPECT_EQ(tracer_->dropReasonName(drop->drop_reason), "NO_SOCKET");
+  EXPECT_EQ(drop->ifindex, static_cast<uint32_t>(net_->ifindex_b));
+  EXPECT_EQ(drop->hop, 4);
+  EXPECT_EQ(drop->dns_id, out->dns_id);
+  EXPECT_EQ(tracer_->stats().events_lost, 0u);
+}
+
+// A DNS-over-TCP server in b for one connection: reads the length-prefixed query and answers
+// NOERROR with the question echoed. Real TCP segments carry their payload in page fragments, not
+// in the skb's linear data, which BPF_PROG_TEST_RUN frames never do.
+constexpr const char* kTcpDnsServer = R"(import socket, struct, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("10.77.0.2", 53))
+s.listen(1)
+open(sys.argv[1], "w").close()
+c, _ = s.accept()
+n = struct.unpack("!H", c.recv(2, socket.MSG_WAITALL))[0]
+q = c.recv(n, socket.MSG_WAITALL)
+i = 12
+while q[i]:
+    i += q[i] + 1
+r = q[:2] + b"\x81\x80\x00\x01\x00\x00\x00\x00\x00\x00" + q[12:i + 5]
+c.sendall(struct.pack("!H", len(r)) + r)
+c.recv(1)
+)";
+
+TEST_F(DnsAttachTest, SeesQueryAndResponseOverRealTcp) {
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok());
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->b), .ifindex = net_->ifindex_b}).ok());
+  ASSERT_EQ(sh("command -v python3"), 0) << "python3 missing";
+  const std::string dir = "/tmp/ngbpf-tcp-" + std::to_string(getpid());
+  ASSERT_EQ(sh("mkdir -p " + dir), 0);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      sh("test -s " + dir + "/pid && kill $(cat " + dir + "/pid)");
+      sh("rm -rf " + dir);
+    }
+  } cleanup{dir};
+  {
+    FILE* f = std::fopen((dir + "/server.py").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(kTcpDnsServer, f);
+    std::fclose(f);
+  }
+  // timeout bounds the server even if the test dies before the cleanup runs.
+  ASSERT_EQ(sh("ip netns exec " + net_->b + " timeout 20 python3 " + dir + "/server.py " + dir +
+               "/ready & echo $! > " + dir + "/pid"),
+            0);
+  for (int i = 0; i < 100 && sh("test -e " + dir + "/ready") != 0; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(sh("test -e " + dir + "/ready"), 0) << "the TCP DNS server did not start";
+
+  const std::string dig = capture("ip netns exec " + net_->a +
+                                  " dig +tcp +tries=1 +time=3 @10.77.0.2 tcp.nodegate.test");
+  ASSERT_NE(dig.find("status: NOERROR"), std::string::npos) << dig;
+  auto evs = collect("tcp.nodegate.test", 4);
+
+  auto one = [&](uint16_t dir_, uint64_t ino, bool response) -> const ng_dns_event* {
+    for (const auto& ev : evs)
+      if (ev.kind == NG_EV_PACKET && ev.dir == dir_ && ev.netns_ino == ino &&
+          ((ev.flags & NG_F_QR) != 0) == response)
+        return &ev;
+    return nullptr;
+  };
+  const ng_dns_event* q_out = one(NG_DIR_EGRESS, ino_a_, false);
+  const ng_dns_event* q_in = one(NG_DIR_INGRESS, ino_b_, false);
+  const ng_dns_event* r_out = one(NG_DIR_EGRESS, ino_b_, true);
+  const ng_dns_event* r_in = one(NG_DIR_INGRESS, ino_a_, true);
+  ASSERT_NE(q_out, nullptr) << "no TCP query event on the client's egress";
+  ASSERT_NE(q_in, nullptr) << "no TCP query event on the server's ingress";
+  ASSERT_NE(r_out, nullptr) << "no TCP response event on the server's egress";
+  ASSERT_NE(r_in, nullptr) << "no TCP response event on the client's ingress";
+  for (const ng_dns_event* ev : {q_out, q_in, r_out, r_in}) {
+    EXPECT_TRUE(ev->flags & NG_F_TCP);
+    EXPECT_FALSE(ev->flags & NG_F_PARSE_ERR);
+    EXPECT_EQ(ev->dns_id, q_out->dns_id);
+    EXPECT_EQ(ev->qtype, 1);
+  }
+  EXPECT_EQ(q_out->dport, 53);
+  EXPECT_EQ(r_in->sport, 53);
+  EXPECT_EQ(formatAddress(*q_out, true), "10.77.0.1");
+  EXPECT_EQ(r_in->rcode, 0);
+  // Only the two segments carrying a message per direction: SYN, ACK and FIN are skipped.
+  EXPECT_EQ(evs.size(), 4u);
+  EXPECT_EQ(tracer_->stats().events_lost, 0u);
+}
+
+TEST_F(DnsAttachTest, NetfilterDropIsReportedByName) {
+  ASSERT_TRUE(tracer_->dropsAvailable());
+  const std::string nft = "ip netns exec " + net_->b + " nft ";
+  ASSERT_EQ(sh(nft + "add table inet ngbpf"), 0);
+  ASSERT_EQ(sh(nft + "'add chain inet ngbpf input { type filter hook input priority 0; }'"), 0);
+  ASSERT_EQ(sh(nft + "add rule inet ngbpf input udp dport 53 drop"), 0);
+  net_->query("dropped.nodegate.test");
+  auto evs = collect("dropped.nodegate.test", 1);
+  const ng_dns_event* drop = find(evs, NG_EV_DROP, NG_DIR_NONE, ino_b_);
+  ASSERT_NE(drop, nullptr);
+  EXPECT_EQ(tracer_->dropReasonName(drop->drop_reason), "NETFILTER_DROP");
+  EXPECT_EQ(drop->hop, 0);  // device not attached: no hop configured
+  EXPECT_FALSE(drop->flags & NG_F_HOP_SET);
+}
+
+TEST_F(DnsAttachTest, RawTracepointFallbackReportsDrops) {
+  // The program the loader falls back to when the kernel refuses tp_btf: same parser, every skb
+  // read through bpf_probe_read_kernel().
+  tracer_.reset();
+  auto t = DnsTracer::open({.ring_bytes = 1u << 20, .drops_via_raw_tp = true});
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  tracer_ = std::move(t.value());
+  ASSERT_TRUE(tracer_->dropsAvailable());
+  net_->query("rawtp.nodegate.test");
+  auto evs = collect("rawtp.nodegate.test", 1);
+  const ng_dns_event* drop = find(evs, NG_EV_DROP, NG_DIR_NONE, ino_b_);
+  ASSERT_NE(drop, nullptr);
+  EXPECT_EQ(tracer_->dropReasonName(drop->drop_reason), "NO_SOCKET");
+  EXPECT_EQ(drop->ifindex, static_cast<uint32_t>(net_->ifindex_b));
+  EXPECT_EQ(drop->dport, 53);
+  EXPECT_EQ(formatAddress(*drop, true), "10.77.0.1");
+}
+
+TEST_F(DnsAttachTest, DetachRemovesOnlyWhatWeCreated) {
+  // b already has clsact (someone else's): it must survive our detach.
+  ASSERT_EQ(sh("tc -n " + net_->b + " qdisc add dev " + net_->dev_b + " clsact"), 0);
+  auto at_a = tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a});
+  auto at_b = tracer_->attach({.netns_path = net_->path(net_->b), .ifindex = net_->ifindex_b});
+  ASSERT_TRUE(at_a.ok() && at_b.ok());
+  EXPECT_TRUE(at_a->created_qdisc);
+  EXPECT_FALSE(at_b->created_qdisc);
+
+  ASSERT_TRUE(tracer_->detach(ino_a_, net_->ifindex_a).ok());
+  ASSERT_TRUE(tracer_->detach(ino_b_, net_->ifindex_b).ok());
+  EXPECT_EQ(capture("tc -n " + net_->a + " qdisc show dev " + net_->dev_a).find("clsact"),
+            std::string::npos);
+  EXPECT_NE(capture("tc -n " + net_->b + " qdisc show dev " + net_->dev_b).find("clsact"),
+            std::string::npos);
+  for (const char* dir : {"ingress", "egress"})
+    EXPECT_EQ(
+        capture("tc -n " + net_->b + " filter show dev " + net_->dev_b + " " + dir).find("ng_tc"),
+        std::string::npos);
+  EXPECT_TRUE(tracer_->attachments().empty());
+  EXPECT_FALSE(tracer_->detach(ino_a_, net_->ifindex_a).ok());  // not attached any more
+}
+
+TEST_F(DnsAttachTest, TracerExitLeavesNothingBehind) {
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok());
+  ASSERT_TRUE(tracer_->start([](const ng_dns_event&) {}).ok());
+  tracer_.reset();
+  EXPECT_EQ(capture("tc -n " + net_->a + " qdisc show dev " + net_->dev_a).find("clsact"),
+            std::string::npos);
+}
+
+TEST_F(DnsAttachTest, VanishedNamespaceDetachesCleanly) {
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok());
+  net_->remove();
+  EXPECT_TRUE(tracer_->detach(ino_a_, net_->ifindex_a).ok());
+}
+
+TEST_F(DnsAttachTest, BadTargetsAreClearErrors) {
+  auto no_dev = tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = 9999});
+  ASSERT_FALSE(no_dev.ok());
+  EXPECT_EQ(no_dev.error().message.rfind("failed to ", 0), 0u) << no_dev.error().message;
+  auto no_ns = tracer_->attach({.netns_path = "/run/netns/ngbpf-does-not-exist", .ifindex = 1});
+  ASSERT_FALSE(no_ns.ok());
+  EXPECT_NE(no_ns.error().message.find("ngbpf-does-not-exist"), std::string::npos);
+  EXPECT_FALSE(tracer_->attach({.ifindex = 0}).ok());
+  EXPECT_TRUE(tracer_->attachments().empty());
+}
+
+TEST_F(DnsAttachTest, PollThreadDeliversEvents) {
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok());
+  std::atomic<int> seen{0};
+  const uint64_t ino = ino_a_;
+  ASSERT_TRUE(tracer_
+                  ->start([&](const ng_dns_event& ev) {
+                    if (ev.netns_ino == ino && std::string(ev.qname) == "poll.nodegate.test")
+                      seen++;
+                  })
+                  .ok());
+  EXPECT_FALSE(tracer_->consume([](const ng_dns_event&) {}).ok());  // one consumer at a time
+  net_->query("poll.nodegate.test");
+  for (int i = 0; i < 100 && seen.load() == 0; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  tracer_->stop();
+  EXPECT_GE(seen.load(), 1);
+  EXPECT_GE(tracer_->stats().events, 1u);
+}
+
+}  // namespace
+}  // namespace nodegate::dns::test

@@ -1,0 +1,360 @@
+// The tc classifier's DNS parser, run in the real kernel with BPF_PROG_TEST_RUN on crafted frames.
+// Each run's events are read back from the ring buffer and checked field by field.
+#include <bpf/bpf.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dns_tracer.h"
+#include "frames.h"
+
+namespace nodegate::dns::test {
+namespace {
+
+constexpr int kTcActUnspec = -1;
+
+class DnsParserTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (geteuid() != 0) return;
+    auto t = DnsTracer::open({.ring_bytes = 1u << 20, .trace_drops = false});
+    if (t) {
+      tracer_ = std::move(t.value()).release();
+    } else {
+      open_error_ = t.error().message;
+    }
+  }
+  static void TearDownTestSuite() {
+    delete tracer_;
+    tracer_ = nullptr;
+  }
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "BPF_PROG_TEST_RUN needs root (CAP_BPF + CAP_NET_ADMIN)";
+    ASSERT_NE(tracer_, nullptr) << open_error_;
+    drain();  // leftovers of an earlier test
+  }
+
+  static std::vector<ng_dns_event> drain() {
+    std::vector<ng_dns_event> out;
+    auto n = tracer_->consume([&](const ng_dns_event& ev) {
+      if (ev.kind == NG_EV_PACKET) out.push_back(ev);
+    });
+    EXPECT_TRUE(n.ok()) << (n.ok() ? "" : n.error().message);
+    return out;
+  }
+
+  // Runs the classifier once on frame; asserts it never changes the verdict; returns its events.
+  static std::vector<ng_dns_event> run(const Bytes& frame, bool egress = false) {
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
+                .data_size_in = static_cast<uint32_t>(frame.size()), .repeat = 1);
+    int fd = egress ? tracer_->tcEgressProgFd() : tracer_->tcIngressProgFd();
+    int err = bpf_prog_test_run_opts(fd, &opts);
+    EXPECT_EQ(err, 0) << "bpf_prog_test_run_opts: " << std::strerror(-err)
+                      << " size=" << frame.size();
+    EXPECT_EQ(static_cast<int>(opts.retval), kTcActUnspec) << "size=" << frame.size();
+    return drain();
+  }
+
+  static ng_dns_event runOne(const Bytes& frame, bool egress = false) {
+    auto evs = run(frame, egress);
+    EXPECT_EQ(evs.size(), 1u);
+    if (evs.empty()) return ng_dns_event{};
+    return evs.front();
+  }
+
+  static inline DnsTracer* tracer_ = nullptr;
+  static inline std::string open_error_;
+};
+
+TEST_F(DnsParserTest, Ipv4UdpQuery) {
+  DnsMsg q;
+  auto frame = buildFrame({}, q.bytes());
+  auto ev = runOne(frame);
+  EXPECT_EQ(ev.kind, NG_EV_PACKET);
+  EXPECT_EQ(ev.dir, NG_DIR_INGRESS);
+  EXPECT_EQ(ev.dns_id, 0x1234);
+  EXPECT_EQ(ev.flags & (NG_F_QR | NG_F_TC | NG_F_TCP | NG_F_IPV6 | NG_F_PARSE_ERR |
+                        NG_F_QNAME_TRUNC | NG_F_VLAN | NG_F_FRAG),
+            0);
+  EXPECT_EQ(ev.qtype, 1);
+  EXPECT_STREQ(ev.qname, "www.example.com");
+  EXPECT_EQ(ev.sport, 40000);
+  EXPECT_EQ(ev.dport, 53);
+  EXPECT_EQ(formatAddress(ev, true), "10.0.2.2");
+  EXPECT_EQ(formatAddress(ev, false), "10.96.0.10");
+  EXPECT_EQ(ev.pkt_len, frame.size() - 14);
+  EXPECT_EQ(ev.ifindex, 1u);  // test runs use the netns's loopback device
+  EXPECT_EQ(ev.netns_ino, tracer_->netnsInode("").valueOr(0));
+  EXPECT_NE(ev.netns_cookie, 0u);
+  EXPECT_GT(ev.ts_ns, 0u);
+}
+
+TEST_F(DnsParserTest, Ipv4UdpResponseFlags) {
+  DnsMsg r;
+  r.id = 0xBEEF;
+  r.flags = 0x8000 | 0x0400 | 0x0200 | 0x0080 | 3;  // QR AA TC RA NXDOMAIN
+  r.name = wireName("nope.svc.cluster.local");
+  r.qtype = 28;
+  auto ev = runOne(buildFrame({.sport = 53, .dport = 40000}, r.bytes()), /*egress=*/true);
+  EXPECT_EQ(ev.dir, NG_DIR_EGRESS);
+  EXPECT_EQ(ev.dns_id, 0xBEEF);
+  EXPECT_TRUE(ev.flags & NG_F_QR);
+  EXPECT_TRUE(ev.flags & NG_F_TC);
+  EXPECT_EQ(ev.rcode, 3);
+  EXPECT_EQ(ev.qtype, 28);
+  EXPECT_STREQ(ev.qname, "nope.svc.cluster.local");
+  EXPECT_EQ(ev.sport, 53);
+}
+
+TEST_F(DnsParserTest, Ipv6UdpQuery) {
+  DnsMsg q;
+  q.qtype = 28;
+  auto ev = runOne(buildFrame({.ipv6 = true}, q.bytes()));
+  EXPECT_TRUE(ev.flags & NG_F_IPV6);
+  EXPECT_EQ(formatAddress(ev, true), "fd10:0:2::2");
+  EXPECT_EQ(formatAddress(ev, false), "fd10:0:2::a");
+  EXPECT_STREQ(ev.qname, "www.example.com");
+  EXPECT_EQ(ev.qtype, 28);
+}
+
+TEST_F(DnsParserTest, Ipv6ExtensionHeadersAreWalked) {
+  // hop-by-hop (8 bytes) -> destination options (16 bytes) -> UDP
+  Bytes ext = {60, 0, 1, 4,  0, 0, 0, 0,  // HBH: next=dest opts, len 0, PadN
+               17, 1, 1, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  DnsMsg q;
+  auto ev = runOne(buildFrame({.ipv6 = true, .ipv6_ext = ext, .ipv6_first_next = 0}, q.bytes()));
+  EXPECT_STREQ(ev.qname, "www.example.com");
+  EXPECT_EQ(ev.dport, 53);
+}
+
+TEST_F(DnsParserTest, Ipv6EspIsSkippedAndCounted) {
+  Bytes esp = {0, 0, 0, 1, 0, 0, 0, 1};  // SPI, sequence: the rest is ciphertext
+  DnsMsg q;
+  auto before = tracer_->stats().ext_skipped;
+  EXPECT_TRUE(
+      run(buildFrame({.ipv6 = true, .ipv6_ext = esp, .ipv6_first_next = 50}, q.bytes())).empty());
+  EXPECT_EQ(tracer_->stats().ext_skipped, before + 1);
+}
+
+TEST_F(DnsParserTest, Ipv6Fragments) {
+  DnsMsg q;
+  Bytes first = {17, 0, 0x00, 0x01, 0, 0, 0, 7};  // offset 0, M=1
+  auto ev = runOne(buildFrame({.ipv6 = true, .ipv6_ext = first, .ipv6_first_next = 44}, q.bytes()));
+  EXPECT_TRUE(ev.flags & NG_F_FRAG);
+  EXPECT_STREQ(ev.qname, "www.example.com");
+
+  Bytes later = {17, 0, 0x00, 0xB8, 0, 0, 0, 7};  // offset 23 (x8), M=0
+  auto before = tracer_->stats().frags_skipped;
+  EXPECT_TRUE(
+      run(buildFrame({.ipv6 = true, .ipv6_ext = later, .ipv6_first_next = 44}, q.bytes())).empty());
+  EXPECT_EQ(tracer_->stats().frags_skipped, before + 1);
+}
+
+TEST_F(DnsParserTest, Ipv4Fragments) {
+  DnsMsg q;
+  auto ev = runOne(buildFrame({.ipv4_frag = 0x2000}, q.bytes()));  // MF, offset 0
+  EXPECT_TRUE(ev.flags & NG_F_FRAG);
+  EXPECT_EQ(ev.dns_id, 0x1234);
+
+  auto before = tracer_->stats().frags_skipped;
+  // A later fragment: its first bytes are payload, which here happen to look like ports 53.
+  EXPECT_TRUE(run(buildFrame({.ipv4_frag = 0x0010}, q.bytes())).empty());
+  EXPECT_TRUE(run(buildFrame({.ipv4_frag = 0x2010}, q.bytes())).empty());
+  EXPECT_EQ(tracer_->stats().frags_skipped, before + 2);
+}
+
+TEST_F(DnsParserTest, TcpWithLengthPrefix) {
+  DnsMsg q;
+  q.name = wireName("big.example.org");
+  q.qtype = 16;
+  auto ev = runOne(buildFrame({.tcp = true}, q.bytes()));
+  EXPECT_TRUE(ev.flags & NG_F_TCP);
+  EXPECT_STREQ(ev.qname, "big.example.org");
+  EXPECT_EQ(ev.qtype, 16);
+  EXPECT_EQ(ev.dns_id, 0x1234);
+
+  // Handshake and pure ACKs carry no message: nothing to report, nothing counted as an error.
+  auto st = tracer_->stats();
+  EXPECT_TRUE(run(buildFrame({.tcp = true, .tcp_flags = 0x02}, {})).empty());
+  EXPECT_EQ(tracer_->stats().not_dns, st.not_dns);
+  EXPECT_EQ(tracer_->stats().short_packets, st.short_packets);
+
+  // Without the length prefix the first two DNS bytes are taken as the length and the header is
+  // shifted: the question count no longer reads 1, so it is rejected, not misreported.
+  EXPECT_TRUE(run(buildFrame({.tcp = true, .tcp_length_prefix = false}, q.bytes())).empty());
+}
+
+TEST_F(DnsParserTest, TruncatedAtEveryLength) {
+  DnsMsg q;
+  const size_t name_len = q.name.size();
+  struct Case {
+    FrameSpec spec;
+    size_t dns_start;  // offset of the DNS header in the frame
+  };
+  // BPF_PROG_TEST_RUN refuses IPv4/IPv6 frames shorter than the IP header (it pulls it first), so
+  // untagged frames start there; a VLAN-tagged frame is not pulled and is cut from 14 bytes on.
+  const Case cases[] = {
+      {{}, 14 + 20 + 8},
+      {{.ipv6 = true}, 14 + 40 + 8},
+      {{.tcp = true}, 14 + 20 + 20 + 2},
+      {{.vlan_tpids = {0x8100}}, 14 + 4 + 20 + 8},
+      {{.ipv6 = true, .tcp = true, .vlan_tpids = {0x8100}}, 14 + 4 + 40 + 20 + 2},
+  };
+  for (const auto& c : cases) {
+    const Bytes full = buildFrame(c.spec, q.bytes());
+    const size_t hdr_end = c.dns_start + 12;
+    const size_t qtype_end = hdr_end + name_len + 2;
+    const size_t l2 = 14 + 4 * c.spec.vlan_tpids.size();
+    const size_t first = c.spec.vlan_tpids.empty() ? l2 + (c.spec.ipv6 ? 40 : 20) : 14;
+    for (size_t len = first; len <= full.size(); len++) {
+      SCOPED_TRACE("ipv6=" + std::to_string(c.spec.ipv6) + " tcp=" + std::to_string(c.spec.tcp) +
+                   " vlan=" + std::to_string(c.spec.vlan_tpids.size()) +
+                   " len=" + std::to_string(len));
+      Bytes cut(full.begin(), full.begin() + static_cast<long>(len));
+      auto evs = run(cut);
+      if (len < hdr_end) {
+        EXPECT_TRUE(evs.empty());
+        continue;
+      }
+      ASSERT_EQ(evs.size(), 1u);
+      EXPECT_EQ(evs[0].dns_id, 0x1234);
+      EXPECT_EQ(evs[0].pkt_len, len - l2);
+      if (len < qtype_end) {
+        EXPECT_TRUE(evs[0].flags & NG_F_PARSE_ERR);
+        EXPECT_EQ(evs[0].qtype, 0);
+      } else {
+        EXPECT_FALSE(evs[0].flags & NG_F_PARSE_ERR);
+        EXPECT_STREQ(evs[0].qname, "www.example.com");
+        EXPECT_EQ(evs[0].qtype, 1);
+      }
+    }
+  }
+}
+
+TEST_F(DnsParserTest, CompressionPointersAndLoopsAreRejected) {
+  const Bytes names[] = {
+      {0xC0, 0x0C},                    // pointer to itself (offset 12 = the name)
+      {3, 'w', 'w', 'w', 0xC0, 0x0C},  // label, then a pointer back to the start: a loop
+      {3, 'w', 'w', 'w', 0xC0, 0x20},  // forward pointer into the answer section
+      {0x40, 'x', 0},                  // reserved label type 01
+  };
+  for (const auto& name : names) {
+    DnsMsg q;
+    q.name = name;
+    auto ev = runOne(buildFrame({}, q.bytes()));
+    EXPECT_TRUE(ev.flags & NG_F_PARSE_ERR);
+    EXPECT_STREQ(ev.qname, "");
+    EXPECT_EQ(ev.dns_id, 0x1234);  // the header is still reported: it matters for correlation
+  }
+}
+
+TEST_F(DnsParserTest, OversizeNames) {
+  // Labels of 63, 63, 63, 61: 255 wire bytes (the RFC 1035 maximum), 253 dotted characters.
+  std::string l63(63, 'a');
+  DnsMsg q;
+  q.name = wireName(l63 + "." + l63 + "." + l63 + "." + std::string(61, 'b'));
+  ASSERT_EQ(q.name.size(), 255u);
+  q.qtype = 33;
+  auto ev = runOne(buildFrame({}, q.bytes()));
+  EXPECT_TRUE(ev.flags & NG_F_QNAME_TRUNC);
+  EXPECT_FALSE(ev.flags & NG_F_PARSE_ERR);
+  EXPECT_EQ(ev.qtype, 33);  // found after walking the whole name
+  const std::string dotted = l63 + "." + l63 + "." + l63 + "." + std::string(61, 'b');
+  EXPECT_EQ(std::string(ev.qname), dotted.substr(0, NG_DNS_QNAME_MAX - 1));
+
+  // Exactly fits: 127 dotted characters.
+  DnsMsg fit;
+  fit.name = wireName(l63 + "." + l63);
+  auto ev2 = runOne(buildFrame({}, fit.bytes()));
+  EXPECT_FALSE(ev2.flags & NG_F_QNAME_TRUNC);
+  EXPECT_EQ(std::string(ev2.qname), l63 + "." + l63);
+
+  // Over the 255-byte limit: not a valid name.
+  DnsMsg over;
+  over.name = wireName(l63 + "." + l63 + "." + l63 + "." + l63 + ".x");
+  auto ev3 = runOne(buildFrame({}, over.bytes()));
+  EXPECT_TRUE(ev3.flags & NG_F_PARSE_ERR);
+}
+
+TEST_F(DnsParserTest, RootName) {
+  DnsMsg q;
+  q.name = wireName("");
+  q.qtype = 2;  // ". NS", the priming query
+  auto ev = runOne(buildFrame({}, q.bytes()));
+  EXPECT_FALSE(ev.flags & NG_F_PARSE_ERR);
+  EXPECT_STREQ(ev.qname, "");
+  EXPECT_EQ(ev.qtype, 2);
+}
+
+TEST_F(DnsParserTest, NonDnsOnPort53) {
+  const std::string http = "GET / HTTP/1.1\r\nHost: example\r\n\r\n";
+  auto before = tracer_->stats();
+  EXPECT_TRUE(run(buildFrame({}, Bytes(http.begin(), http.end()))).empty());
+  EXPECT_TRUE(
+      run(buildFrame({.tcp = true, .tcp_length_prefix = false}, Bytes(http.begin(), http.end())))
+          .empty());
+  EXPECT_EQ(tracer_->stats().not_dns, before.not_dns + 2);
+
+  EXPECT_TRUE(run(buildFrame({}, Bytes{1, 2, 3, 4, 5})).empty());
+  EXPECT_EQ(tracer_->stats().short_packets, before.short_packets + 1);
+
+  DnsMsg q;
+  q.qdcount = 0;
+  EXPECT_TRUE(run(buildFrame({}, q.bytes())).empty());
+  q.qdcount = 1;
+  q.flags = 0x7800;  // opcode 15: unassigned
+  EXPECT_TRUE(run(buildFrame({}, q.bytes())).empty());
+}
+
+TEST_F(DnsParserTest, OtherPortsAndProtocolsAreIgnored) {
+  DnsMsg q;
+  EXPECT_TRUE(run(buildFrame({.sport = 40000, .dport = 5353}, q.bytes())).empty());
+  Bytes arp = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 2, 0x08, 0x06};
+  arp.resize(60, 0);
+  EXPECT_TRUE(run(arp).empty());
+}
+
+TEST_F(DnsParserTest, VlanTags) {
+  DnsMsg q;
+  auto ev = runOne(buildFrame({.vlan_tpids = {0x8100}}, q.bytes()));
+  EXPECT_TRUE(ev.flags & NG_F_VLAN);
+  EXPECT_STREQ(ev.qname, "www.example.com");
+  EXPECT_EQ(ev.pkt_len, 20 + 8 + q.bytes().size());
+
+  auto ev2 = runOne(buildFrame({.ipv6 = true, .vlan_tpids = {0x88A8, 0x8100}}, q.bytes()));
+  EXPECT_TRUE(ev2.flags & NG_F_VLAN);
+  EXPECT_TRUE(ev2.flags & NG_F_IPV6);
+  EXPECT_STREQ(ev2.qname, "www.example.com");
+
+  // Three tags is more than we follow: skipped rather than misparsed.
+  EXPECT_TRUE(run(buildFrame({.vlan_tpids = {0x88A8, 0x8100, 0x8100}}, q.bytes())).empty());
+}
+
+TEST_F(DnsParserTest, HopComesFromTheDeviceMap) {
+  auto ino = tracer_->netnsInode("");
+  ASSERT_TRUE(ino.ok());
+  DnsMsg q;
+  auto ev = runOne(buildFrame({}, q.bytes()));
+  EXPECT_FALSE(ev.flags & NG_F_HOP_SET);
+  ASSERT_TRUE(tracer_->setHop(*ino, 1, 7).ok());
+  ev = runOne(buildFrame({}, q.bytes()));
+  EXPECT_TRUE(ev.flags & NG_F_HOP_SET);
+  EXPECT_EQ(ev.hop, 7);
+  // Same ifindex in another netns (inode) is another device.
+  ASSERT_TRUE(tracer_->setHop(*ino + 1, 1, 9).ok());
+  ev = runOne(buildFrame({}, q.bytes()));
+  EXPECT_EQ(ev.hop, 7);
+}
+
+TEST_F(DnsParserTest, RingSizeIsValidated) {
+  auto bad = DnsTracer::open({.ring_bytes = 3000});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("power of two"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nodegate::dns::test

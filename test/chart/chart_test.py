@@ -1,0 +1,437 @@
+#!/usr/bin/env python3
+"""Render-and-assert tests of charts/nodegate.
+
+Reads what test/chart/render.sh rendered with the real helm (ctest fixture chart_render) and checks
+the promises of the chart: least privilege, mounts, probes, RBAC, the admission policy, the
+monitoring objects, and that every flag the chart passes is one the agent parses.
+"""
+import functools
+import json
+import os
+import re
+import unittest
+
+import yaml
+
+SRC = os.environ.get("NODEGATE_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
+RENDER = os.path.join(os.environ.get("NODEGATE_BUILD", os.path.join(SRC, "build")), "test-chart", "render")
+CHART = os.path.join(SRC, "charts", "nodegate")
+
+# The capabilities the agent needs, and nothing else (see the comments in templates/daemonset.yaml).
+CAPS = ["BPF", "PERFMON", "NET_ADMIN", "SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE"]
+CONDITIONS = ["VirtualizationReady", "LocalStorageHealthy", "GuestDNSHealthy", "TimeSynchronized"]
+
+
+@functools.lru_cache(maxsize=None)
+def load(case):
+    path = os.path.join(RENDER, case + ".yaml")
+    if not os.path.exists(path):
+        raise AssertionError(f"{path} is missing: run test/chart/render.sh (ctest fixture chart_render)")
+    with open(path) as f:
+        # Cached and shared between tests: treat as read-only.
+        return [d for d in yaml.load_all(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d]
+
+
+def of_kind(docs, kind):
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs, kind, name=None):
+    found = [d for d in of_kind(docs, kind) if name is None or d["metadata"]["name"] == name]
+    if len(found) != 1:
+        raise AssertionError(f"expected one {kind} {name or ''}, found {len(found)}")
+    return found[0]
+
+
+def agent_container(docs):
+    ds = one(docs, "DaemonSet")
+    (c,) = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "nodegate"]
+    return ds, c
+
+
+def rules_of(role):
+    """RBAC rules as a set of (group, resource, verb, resourceName) tuples."""
+    out = set()
+    for r in role["rules"]:
+        for g in r.get("apiGroups", []):
+            for res in r["resources"]:
+                for v in r["verbs"]:
+                    for n in r.get("resourceNames", [None]):
+                        out.add((g, res, v, n))
+    return out
+
+
+def agent_flags():
+    """Flags agent/options.cpp parses: the valued map and the boolean map."""
+    with open(os.path.join(SRC, "agent", "options.cpp")) as f:
+        text = f.read()
+    return set(re.findall(r'\{"(--[a-z.-]+)"', text))
+
+
+ALL_CASES = ["defaults-1.31", "defaults-1.29", "privileged-1.31", "monitoring-1.31", "monitoring-1.29",
+             "custom-1.31"]
+UNPRIVILEGED = [c for c in ALL_CASES if not c.startswith("privileged")]
+
+
+class LeastPrivilege(unittest.TestCase):
+    def test_default_is_not_privileged(self):
+        for case in ["defaults-1.31", "defaults-1.29"]:
+            with open(os.path.join(RENDER, case + ".yaml")) as f:
+                self.assertNotRegex(f.read(), r"privileged:\s*true", case)
+            _, c = agent_container(load(case))
+            self.assertIs(c["securityContext"]["privileged"], False, case)
+
+    def test_capabilities_dropped_and_readded_one_by_one(self):
+        for case in UNPRIVILEGED:
+            _, c = agent_container(load(case))
+            caps = c["securityContext"]["capabilities"]
+            self.assertEqual(caps["drop"], ["ALL"], case)
+            want = CAPS + (["SYS_RESOURCE"] if case.startswith("custom") else [])
+            self.assertEqual(caps["add"], want, case)
+
+    def test_privileged_fallback(self):
+        _, c = agent_container(load("privileged-1.31"))
+        sc = c["securityContext"]
+        self.assertIs(sc["privileged"], True)
+        self.assertNotIn("capabilities", sc)
+        self.assertIs(sc["readOnlyRootFilesystem"], True)
+
+    def test_every_capability_commented_with_its_syscall(self):
+        with open(os.path.join(CHART, "templates", "daemonset.yaml")) as f:
+            lines = f.read().splitlines()
+        start = next(i for i, l in enumerate(lines) if l.strip() == "add:")
+        seen = []
+        for i in range(start + 1, len(lines)):
+            s = lines[i].strip()
+            if s.startswith("{{") or s.startswith("#"):
+                continue
+            m = re.fullmatch(r"- ([A-Z_]+)", s)
+            if not m:
+                break
+            prev = i - 1
+            while lines[prev].strip().startswith("{{"):
+                prev -= 1
+            comment = lines[prev].strip()
+            self.assertTrue(comment.startswith("#"), f"{m.group(1)} has no comment above it")
+            self.assertRegex(comment, r"[a-z_]+\(", f"the comment of {m.group(1)} names no syscall")
+            seen.append(m.group(1))
+        self.assertEqual(seen, CAPS + ["SYS_RESOURCE"])
+
+    def test_read_only_root_and_escalation(self):
+        for case in ALL_CASES:
+            _, c = agent_container(load(case))
+            sc = c["securityContext"]
+            self.assertIs(sc["readOnlyRootFilesystem"], True, case)
+            # The API server rejects allowPrivilegeEscalation=false with SYS_ADMIN added.
+            if "SYS_ADMIN" in sc.get("capabilities", {}).get("add", []):
+                self.assertIsNot(sc.get("allowPrivilegeEscalation"), False, case)
+
+    def test_seccomp_and_apparmor(self):
+        _, c = agent_container(load("defaults-1.31"))
+        self.assertEqual(c["securityContext"]["seccompProfile"], {"type": "RuntimeDefault"})
+        self.assertEqual(c["securityContext"]["appArmorProfile"], {"type": "Unconfined"})
+        ds, c = agent_container(load("defaults-1.29"))
+        self.assertNotIn("appArmorProfile", c["securityContext"])
+        ann = ds["spec"]["template"]["metadata"]["annotations"]
+        self.assertEqual(ann["container.apparmor.security.beta.kubernetes.io/nodegate"], "unconfined")
+
+    def test_host_namespaces(self):
+        ds, _ = agent_container(load("defaults-1.31"))
+        spec = ds["spec"]["template"]["spec"]
+        self.assertIs(spec["hostPID"], True)
+        self.assertIs(spec["hostNetwork"], True)
+        self.assertEqual(spec["dnsPolicy"], "ClusterFirstWithHostNet")
+
+
+class DaemonSet(unittest.TestCase):
+    def test_host_paths_read_only_under_host(self):
+        for case in ALL_CASES:
+            ds, c = agent_container(load(case))
+            vols = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
+            mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+            for m in c["volumeMounts"]:
+                self.assertIn(m["name"], vols, f"{case}: mount of an undefined volume")
+            for host in ["/proc", "/sys", "/dev"]:
+                m = mounts["/host" + host]
+                self.assertIs(m.get("readOnly"), True, f"{case} {host}")
+                self.assertEqual(vols[m["name"]]["hostPath"]["path"], host)
+            self.assertIn("--host-root=/host", c["args"])
+            for m in c["volumeMounts"]:
+                # A unix socket is connected to, not written; everything else under /host is read-only.
+                if "hostPath" in vols[m["name"]] and m["mountPath"].startswith("/host") \
+                        and vols[m["name"]]["hostPath"].get("type") != "Socket":
+                    self.assertIs(m.get("readOnly"), True, f"{case}: {m['mountPath']} is writable")
+
+    def test_dbus_socket_and_lvm(self):
+        ds, c = agent_container(load("defaults-1.31"))
+        vols = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        bus = vols[mounts["/host/run/dbus/system_bus_socket"]]["hostPath"]
+        self.assertEqual(bus, {"path": "/run/dbus/system_bus_socket", "type": "Socket"})
+        self.assertEqual(vols[mounts["/run/lvm"]]["hostPath"]["path"], "/run/lvm")
+        self.assertEqual(vols[mounts["/etc/lvm"]]["hostPath"]["path"], "/etc/lvm")
+        self.assertIn("--lvm-command=nsenter -t 1 -m -- lvm", c["args"])
+        _, c = agent_container(load("custom-1.31"))
+        self.assertFalse({"/host/run/dbus/system_bus_socket", "/run/lvm", "/etc/lvm"} & {m["mountPath"] for m in c["volumeMounts"]})
+
+    def test_every_flag_is_one_the_agent_parses(self):
+        flags = agent_flags()
+        self.assertIn("--host-root", flags, "could not parse agent/options.cpp")
+        for case in ALL_CASES:
+            _, c = agent_container(load(case))
+            self.assertEqual(c["args"][0], "agent")
+            for a in c["args"][1:]:
+                self.assertIn(a.split("=", 1)[0], flags, f"{case}: {a} is not a flag of nodegate agent")
+
+    def test_custom_values_reach_the_args(self):
+        _, c = agent_container(load("custom-1.31"))
+        a = c["args"]
+        for want in ["--prefix=gate.example.com", "--gate-label=example.com/vms=yes", "--taint",
+                     "--listen=0.0.0.0:19810", "--debug-listen=127.0.0.1:19811", "--dns-trace=off",
+                     "--dns-netns=/host/run/netns/extra", "--log-level=debug"]:
+            self.assertIn(want, a)
+        _, c = agent_container(load("defaults-1.31"))
+        self.assertIn("--gate-label=nodegate.io/vm-ready=true", c["args"])
+        self.assertNotIn("--taint", c["args"])
+
+    def test_probes(self):
+        for case in ALL_CASES:
+            _, c = agent_container(load(case))
+            (port,) = c["ports"]
+            self.assertEqual(port["name"], "metrics")
+            want_port = 19810 if case.startswith("custom") else 9810
+            self.assertEqual(port["containerPort"], want_port)
+            self.assertIn(f"--listen=0.0.0.0:{want_port}", c["args"])
+            for probe, path in [("startupProbe", "/healthz"), ("livenessProbe", "/healthz"),
+                                ("readinessProbe", "/readyz")]:
+                self.assertEqual(c[probe]["httpGet"], {"path": path, "port": "metrics"}, f"{case} {probe}")
+
+    def test_node_name_from_downward_api(self):
+        _, c = agent_container(load("defaults-1.31"))
+        env = {e["name"]: e for e in c["env"]}
+        self.assertEqual(env["NODE_NAME"]["valueFrom"], {"fieldRef": {"fieldPath": "spec.nodeName"}})
+
+    def test_scheduling(self):
+        ds, c = agent_container(load("defaults-1.31"))
+        spec = ds["spec"]["template"]["spec"]
+        tol = spec["tolerations"]
+        # Tolerates everything, nodegate's own taint included (Kubernetes toleration semantics).
+        def tolerates(key, effect):
+            return any(t.get("operator") == "Exists" and t.get("key") in (None, "", key)
+                       and t.get("effect") in (None, "", effect) for t in tol)
+        self.assertTrue(tolerates("nodegate.io/not-ready", "NoSchedule"))
+        self.assertTrue(tolerates("node.kubernetes.io/unreachable", "NoExecute"))
+        self.assertEqual(ds["spec"]["updateStrategy"]["type"], "RollingUpdate")
+        self.assertIn("maxUnavailable", ds["spec"]["updateStrategy"]["rollingUpdate"])
+        self.assertNotIn("priorityClassName", spec)
+        self.assertIn("cpu", c["resources"]["requests"])
+        self.assertIn("memory", c["resources"]["requests"])
+        self.assertIn("memory", c["resources"]["limits"])
+        ds, _ = agent_container(load("custom-1.31"))
+        self.assertEqual(ds["spec"]["template"]["spec"]["priorityClassName"], "system-node-critical")
+
+    def test_config_map(self):
+        for case, want in [("defaults-1.31", {"gate": {"required": ["cpu-virt", "kvm-device", "tun", "kernel-modules"]},
+                                              "checks": {"local-pv": {"kubelet_dir": "/var/lib/kubelet"}},
+                                              "damping": {}}),
+                           ("custom-1.31", {"gate": {"required": ["cpu-virt", "kvm-device", "tun", "kernel-modules",
+                                                                  "lvm", "time-sync"]},
+                                            "checks": {"lvm": {"data_warn_percent": 70, "data_fail_percent": 85},
+                                                       "local-pv": {"kubelet_dir": "/var/lib/kubelet"}},
+                                            "damping": {"lvm": 3}})]:
+            docs = load(case)
+            ds, c = agent_container(docs)
+            cm_name = next(v["configMap"]["name"] for v in ds["spec"]["template"]["spec"]["volumes"]
+                           if "configMap" in v)
+            cm = one(docs, "ConfigMap", cm_name)
+            self.assertEqual(json.loads(cm["data"]["config.json"]), want, case)
+            self.assertIn("--config=/etc/nodegate/config.json", c["args"])
+            self.assertIn("checksum/config", ds["spec"]["template"]["metadata"]["annotations"])
+
+
+class Rbac(unittest.TestCase):
+    def test_cluster_role_exact(self):
+        docs = load("defaults-1.31")
+        role = one(docs, "ClusterRole", "nodegate")
+        # Exactly what the agent does (test/chart/uninstall_test.py records it against the fake API).
+        self.assertEqual(rules_of(role), {
+            ("", "nodes", "get", None), ("", "nodes", "watch", None),
+            ("", "nodes", "patch", None), ("", "nodes/status", "patch", None)})
+        binding = one(docs, "ClusterRoleBinding", "nodegate")
+        self.assertEqual(binding["subjects"], [{"kind": "ServiceAccount", "name": "nodegate", "namespace": "nodegate"}])
+        ds, _ = agent_container(docs)
+        self.assertEqual(ds["spec"]["template"]["spec"]["serviceAccountName"], "nodegate")
+
+    def test_namespaced_roles_exact(self):
+        docs = load("defaults-1.31")
+        events = one(docs, "Role", "nodegate-events")
+        self.assertEqual(events["metadata"]["namespace"], "default")
+        self.assertEqual(rules_of(events), {("events.k8s.io", "events", "create", None),
+                                            ("events.k8s.io", "events", "patch", None)})
+        cilium = one(docs, "Role", "nodegate-cilium-config")
+        self.assertEqual(cilium["metadata"]["namespace"], "kube-system")
+        self.assertEqual(rules_of(cilium), {("", "configmaps", "get", "cilium-config")})
+
+    def test_optional_reads(self):
+        docs = load("custom-1.31")
+        rules = rules_of(one(docs, "ClusterRole", "nodegate"))
+        self.assertTrue({("", "persistentvolumes", v, None) for v in ["get", "list", "watch"]} <= rules)
+        self.assertNotIn("pods", {r[1] for r in rules})
+        self.assertFalse([r for r in of_kind(docs, "Role") if "cilium" in r["metadata"]["name"]])
+
+    def test_no_write_beyond_the_list(self):
+        # Nothing in the agent's RBAC may delete, update, create nodes, or touch secrets.
+        for case in ALL_CASES:
+            for kind in ["ClusterRole", "Role"]:
+                for r in of_kind(load(case), kind):
+                    if r["metadata"].get("annotations", {}).get("helm.sh/hook"):
+                        continue
+                    for g, res, verb, _ in rules_of(r):
+                        self.assertNotIn(verb, {"delete", "deletecollection", "update", "*", "escalate", "bind"})
+                        self.assertNotIn(res, {"secrets", "*"})
+                        if verb == "create":
+                            self.assertEqual((g, res), ("events.k8s.io", "events"))
+
+
+class AdmissionPolicy(unittest.TestCase):
+    def test_only_on_1_30_and_later(self):
+        for case in ["defaults-1.29", "monitoring-1.29"]:
+            docs = load(case)
+            self.assertFalse(of_kind(docs, "ValidatingAdmissionPolicy"), case)
+            self.assertFalse(of_kind(docs, "ValidatingAdmissionPolicyBinding"), case)
+        for case in ["defaults-1.31", "monitoring-1.31", "custom-1.31", "privileged-1.31"]:
+            docs = load(case)
+            pol = one(docs, "ValidatingAdmissionPolicy")
+            bind = one(docs, "ValidatingAdmissionPolicyBinding")
+            self.assertEqual(pol["apiVersion"], "admissionregistration.k8s.io/v1")
+            self.assertEqual(bind["spec"]["policyName"], pol["metadata"]["name"])
+            self.assertEqual(bind["spec"]["validationActions"], ["Deny"])
+
+    def test_policy_contents(self):
+        pol = one(load("defaults-1.31"), "ValidatingAdmissionPolicy")["spec"]
+        self.assertEqual(pol["failurePolicy"], "Fail")
+        (rule,) = pol["matchConstraints"]["resourceRules"]
+        self.assertEqual(set(rule["resources"]), {"nodes", "nodes/status"})
+        self.assertEqual(rule["operations"], ["UPDATE"])
+        (cond,) = pol["matchConditions"]
+        self.assertIn("system:serviceaccount:nodegate:nodegate", cond["expression"])
+        var = {v["name"]: v["expression"] for v in pol["variables"]}
+        self.assertEqual(var["prefix"], "'nodegate.io/'")
+        self.assertEqual(var["gateKey"], "'nodegate.io/vm-ready'")
+        self.assertEqual(var["taintKey"], "'nodegate.io/not-ready'")
+        for c in CONDITIONS:
+            self.assertIn(f"'{c}'", var["ownConditions"])
+        self.assertIn("authentication.kubernetes.io/node-name", var["tokenNode"])
+        exprs = " ".join(v["expression"] for v in pol["validations"])
+        self.assertIn("object.metadata.name == variables.tokenNode", exprs)
+        for v in ["newLabels", "oldLabels", "newAnnotations", "newTaints", "newConditions"]:
+            self.assertIn("variables." + v, exprs)
+        for v in pol["validations"]:
+            self.assertTrue(v.get("message") or v.get("messageExpression"))
+        # The CEL uses only balanced quotes and parentheses (a cheap guard against template slips).
+        for e in [cond["expression"], *var.values(), *(v["expression"] for v in pol["validations"])]:
+            self.assertEqual(e.count("(") - e.count(")"), 0, e)
+            self.assertEqual(e.count("'") % 2, 0, e)
+
+    def test_custom_prefix_and_gate_key(self):
+        pol = one(load("custom-1.31"), "ValidatingAdmissionPolicy")["spec"]
+        var = {v["name"]: v["expression"] for v in pol["variables"]}
+        self.assertEqual(var["prefix"], "'gate.example.com/'")
+        self.assertEqual(var["gateKey"], "'example.com/vms'")
+
+
+class Monitoring(unittest.TestCase):
+    def test_opt_in(self):
+        for case in ["defaults-1.31", "privileged-1.31", "custom-1.31"]:
+            docs = load(case)
+            for kind in ["ServiceMonitor", "PodMonitor", "PrometheusRule"]:
+                self.assertFalse(of_kind(docs, kind), f"{case} {kind}")
+            self.assertFalse([d for d in of_kind(docs, "ConfigMap")
+                              if d["metadata"].get("labels", {}).get("grafana_dashboard")])
+        docs = load("monitoring-1.31")
+        for kind in ["ServiceMonitor", "PodMonitor", "PrometheusRule"]:
+            one(docs, kind)
+        sm = one(docs, "ServiceMonitor")
+        self.assertEqual(sm["metadata"]["labels"]["release"], "kube-prometheus-stack")
+        svc = one(docs, "Service")
+        self.assertEqual(svc["spec"]["clusterIP"], "None")
+        self.assertEqual(sm["spec"]["selector"]["matchLabels"], svc["spec"]["selector"])
+        self.assertEqual(sm["spec"]["endpoints"][0]["port"], svc["spec"]["ports"][0]["name"])
+
+    def test_dashboard_config_map(self):
+        docs = load("monitoring-1.31")
+        (cm,) = [d for d in of_kind(docs, "ConfigMap") if d["metadata"].get("labels", {}).get("grafana_dashboard")]
+        self.assertEqual(cm["metadata"]["labels"]["grafana_dashboard"], "1")
+        self.assertEqual(cm["metadata"]["namespace"], "monitoring")
+        dash = json.loads(cm["data"]["nodegate.json"])
+        self.assertEqual(dash["uid"], "nodegate-overview")
+        exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+        self.assertGreater(len(exprs), 10)
+
+    def test_every_alert_complete_with_runbook(self):
+        rule = one(load("monitoring-1.31"), "PrometheusRule")
+        alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+        self.assertGreaterEqual(len(alerts), 8)
+        for a in alerts:
+            name = a["alert"]
+            self.assertRegex(a["for"], r"^\d+[smh]$", name)
+            self.assertIn(a["labels"]["severity"], {"critical", "warning", "info"}, name)
+            for k in ["summary", "description", "runbook_url"]:
+                self.assertTrue(a["annotations"].get(k), f"{name} has no {k}")
+            self.assertTrue(a["annotations"]["runbook_url"].endswith(f"/docs/runbooks/{name}.md"), name)
+            self.assertTrue(os.path.exists(os.path.join(SRC, "docs", "runbooks", name + ".md")),
+                            f"docs/runbooks/{name}.md is missing")
+        up = next(a for a in alerts if a["alert"] == "NodegateAgentDown")
+        self.assertEqual(up["expr"], 'up{job="nodegate"} == 0')
+
+
+class CleanupHook(unittest.TestCase):
+    def test_post_delete_job(self):
+        docs = load("defaults-1.31")
+        hooks = [d for d in docs if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "post-delete"]
+        kinds = sorted(d["kind"] for d in hooks)
+        self.assertEqual(kinds, ["ClusterRole", "ClusterRoleBinding", "Job", "Role", "RoleBinding", "ServiceAccount"])
+        job = one(hooks, "Job")
+        weights = {d["kind"]: int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) for d in hooks}
+        self.assertLess(weights["ServiceAccount"], weights["Job"])
+        self.assertLess(weights["ClusterRoleBinding"], weights["Job"])
+        c = job["spec"]["template"]["spec"]["containers"][0]
+        self.assertEqual(c["command"], ["/usr/local/bin/nodegate-cleanup"])
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        self.assertEqual(env["NODEGATE_PREFIX"], "nodegate.io")
+        self.assertEqual(env["NODEGATE_GATE_LABEL"], "nodegate.io/vm-ready")
+        self.assertEqual(env["NODEGATE_TAINT"], "nodegate.io/not-ready")
+        self.assertEqual(env["NODEGATE_CONDITIONS"].split(), CONDITIONS)
+        self.assertIs(c["securityContext"]["allowPrivilegeEscalation"], False)
+        self.assertEqual(c["securityContext"]["capabilities"]["drop"], ["ALL"])
+        role = one(hooks, "ClusterRole")
+        self.assertEqual(rules_of(role), {("", "nodes", "get", None), ("", "nodes", "list", None),
+                                          ("", "nodes", "patch", None), ("", "nodes/status", "patch", None)})
+        self.assertFalse([d for d in load("custom-1.31") if d["kind"] == "Job"])
+
+
+class Schema(unittest.TestCase):
+    def test_self_contained(self):
+        with open(os.path.join(CHART, "values.schema.json")) as f:
+            text = f.read()
+        json.loads(text)
+        self.assertNotIn('"$ref"', text)
+
+    def test_values_file_keys_are_in_the_schema(self):
+        with open(os.path.join(CHART, "values.schema.json")) as f:
+            schema = json.load(f)
+        with open(os.path.join(CHART, "values.yaml")) as f:
+            values = yaml.safe_load(f)
+
+        def walk(v, s, path):
+            props = s.get("properties")
+            if not isinstance(v, dict) or props is None:
+                return
+            for k, sub in v.items():
+                self.assertIn(k, props, f"values.yaml key {path}{k} is not in values.schema.json")
+                walk(sub, props[k], f"{path}{k}.")
+        walk(values, schema, "")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# The image's contents, proven without a container engine (ENVIRONMENT.md: no Docker here):
+#  1. `cmake --install` the build into a staging root, as tools/image/Dockerfile's build stage does,
+#     plus the cleanup hook script;
+#  2. every shared library the binary links directly comes from a package the Dockerfile installs
+#     (RUNTIME_PKGS) or from the debian:12-slim base;
+#  3. the staged binary runs in its own mount namespace, chrooted into a read-only root made of the
+#     staging tree and the host's /usr (standing in for the Debian layer), with every volume of the
+#     DaemonSet that `helm template` renders mounted where the chart mounts it, the capability set
+#     the chart grants (setpriv bounding set), and exactly the container args the chart renders;
+#     it must become ready (/readyz) and serve /metrics and the debug page.
+# Root only (mount namespaces, chroot). Ports 19830/19831. Test values: the ports and dnsTrace=off.
+set -euo pipefail
+src=${NODEGATE_SRC:?}
+build=${NODEGATE_BUILD:?}
+if [ "$(id -u)" != 0 ]; then echo "SKIP: needs root for unshare -m and chroot"; exit 77; fi
+for t in unshare chroot setpriv dbus-daemon curl jq objdump ldd dpkg python3; do
+  command -v "$t" >/dev/null || { echo "FAIL: $t is missing (tools/install-deps.sh)" >&2; exit 1; }
+done
+helm=$("$src/tools/helm.sh") || { echo "FAIL: helm is not available" >&2; exit 1; }
+
+work=$(mktemp -d /tmp/nodegate-image.XXXXXX)
+dbus_pid=""
+cleanup() {
+  if [ -n "$dbus_pid" ]; then kill "$dbus_pid" 2>/dev/null || true; fi
+  if [ -f "$work/agent.pid" ]; then kill "$(cat "$work/agent.pid")" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+root=$work/root
+
+# 1. Staging root.
+DESTDIR=$root cmake --install "$build" --prefix /usr/local >/dev/null
+install -D -m 0755 "$src/tools/image/nodegate-cleanup" "$root/usr/local/bin/nodegate-cleanup"
+[ -x "$root/usr/local/bin/nodegate" ] || { echo "FAIL: cmake --install did not stage usr/local/bin/nodegate" >&2; exit 1; }
+
+# 2. Direct library dependencies against the Dockerfile's package list.
+pkgs=$(python3 - "$src/tools/image/Dockerfile" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read().replace("\\\n", " ")
+m = re.search(r'ARG RUNTIME_PKGS="([^"]*)"', text)
+print(" ".join(m.group(1).split()) if m else "")
+PY
+)
+[ -n "$pkgs" ] || { echo "FAIL: no RUNTIME_PKGS in tools/image/Dockerfile" >&2; exit 1; }
+for p in lvm2 util-linux curl jq; do
+  case " $pkgs " in *" $p "*) ;; *) echo "FAIL: the image lacks $p" >&2; exit 1 ;; esac
+done
+# Always in debian:12-slim (essential packages and apt's own dependencies).
+base="libc6 libgcc-s1 libstdc++6 zlib1g libsystemd0 libudev1 libzstd1 liblzma5 liblz4-1 libgcrypt20 libcap2 libselinux1"
+missing=0
+while read -r lib; do
+  path=$(ldd "$root/usr/local/bin/nodegate" | awk -v l="$lib" '$1 == l {print $3}')
+  [ -n "$path" ] || { echo "FAIL: $lib is not resolvable" >&2; missing=1; continue; }
+  real=$(readlink -f "$path")
+  pkg=$(dpkg -S "$real" 2>/dev/null || dpkg -S "$path" 2>/dev/null || dpkg -S "/usr$path" 2>/dev/null || true)
+  pkg=${pkg%%:*}
+  case " $pkgs $base " in
+    *" $pkg "*) echo "ok   $lib from $pkg" ;;
+    *) echo "FAIL: $lib ($real) comes from package '${pkg:-?}', which tools/image/Dockerfile does not install" >&2; missing=1 ;;
+  esac
+done < <(objdump -p "$root/usr/local/bin/nodegate" | awk '$1 == "NEEDED" {print $2}')
+[ "$missing" = 0 ]
+
+# 3. The DaemonSet as helm renders it, on test ports.
+# dnsTrace off: a tracer here would attach to the namespaces of the DNS tests running beside it.
+"$helm" template nodegate "$src/charts/nodegate" --namespace nodegate --kube-version 1.31.0 \
+  --set agent.metricsPort=19830 --set agent.debugPort=19831 --set agent.dnsTrace=off >"$work/render.yaml"
+bash "$src/test/chart/py.sh" - "$work/render.yaml" "$work" <<'PY'
+import json, sys, yaml, shlex
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+work = sys.argv[2]
+(ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+spec = ds["spec"]["template"]["spec"]
+(c,) = spec["containers"]
+vols = {v["name"]: v for v in spec["volumes"]}
+cms = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+with open(f"{work}/mounts", "w") as out:
+    for m in c["volumeMounts"]:
+        v = vols[m["name"]]
+        ro = "ro" if m.get("readOnly") else "rw"
+        if "hostPath" in v:
+            out.write(f"hostPath {v['hostPath']['path']} {v['hostPath'].get('type', '')} {m['mountPath']} {ro}\n")
+        elif "configMap" in v:
+            d = f"{work}/configmap-{m['name']}"
+            import os
+            os.makedirs(d)
+            for k, val in cms[v["configMap"]["name"]]["data"].items():
+                open(f"{d}/{k}", "w").write(val)
+            out.write(f"dir {d} - {m['mountPath']} {ro}\n")
+        elif "emptyDir" in v:
+            out.write(f"emptyDir - - {m['mountPath']} rw\n")
+        else:
+            sys.exit(f"unsupported volume {v}")
+with open(f"{work}/args", "w") as out:
+    out.write(" ".join(shlex.quote(a) for a in c["args"]) + "\n")
+caps = c["securityContext"]["capabilities"]["add"]
+with open(f"{work}/caps", "w") as out:
+    out.write(",".join("+" + x.lower() for x in caps) + "\n")
+with open(f"{work}/env", "w") as out:
+    for e in c["env"]:
+        if "value" in e:
+            out.write(f"{e['name']}={e['value']}\n")
+PY
+echo "container args: $(cat "$work/args")"
+echo "capabilities:   $(cat "$work/caps")"
+
+# The host has no system bus (ENVIRONMENT.md): a private dbus-daemon's socket stands in for the
+# host's /run/dbus/system_bus_socket that the chart mounts with hostPath type Socket.
+dbus-daemon --session --nofork --address="unix:path=$work/system_bus_socket" >/dev/null 2>&1 &
+dbus_pid=$!
+for _ in $(seq 50); do [ -S "$work/system_bus_socket" ] && break; sleep 0.1; done
+
+cat >"$work/inner.sh" <<'INNER'
+#!/usr/bin/env bash
+# Runs inside `unshare -m`: builds the container's view and starts the agent.
+set -euo pipefail
+work=$1 root=$1/root
+mkdir -p "$root"/{proc,sys,dev,tmp,etc,usr/bin,usr/sbin,usr/lib,usr/lib64,usr/share}
+for d in bin sbin lib lib64; do ln -sfn "usr/$d" "$root/$d"; done
+cp -a /etc/ld.so.cache /etc/passwd /etc/group /etc/nsswitch.conf /etc/hosts "$root/etc/"
+mount --bind "$root" "$root"
+# The Debian layer of the image: the host's /usr, read-only.
+for d in usr/bin usr/sbin usr/lib usr/lib64 usr/share; do
+  mount --bind "/$d" "$root/$d" && mount -o remount,bind,ro "$root/$d"
+done
+# What every container gets from its runtime.
+mount -t proc proc "$root/proc"
+mount --rbind /sys "$root/sys" && mount -o remount,bind,ro "$root/sys"
+mount --bind /dev "$root/dev"
+# The chart's volumes.
+while read -r kind src type dst mode; do
+  case "$kind" in
+    hostPath)
+      if [ "$type" = Socket ] && [ ! -S "$src" ]; then src=$work/system_bus_socket; fi
+      if [ ! -e "$src" ]; then
+        [ "$type" = DirectoryOrCreate ] || { echo "FAIL: hostPath $src ($type) is missing on this host" >&2; exit 1; }
+        # The kubelet would create it on the node; create it in the work dir instead.
+        src=$work/created$src; mkdir -p "$src"
+      fi ;;
+    emptyDir) src=$(mktemp -d "$work/emptydir.XXXXXX") ;;
+  esac
+  if [ -d "$src" ]; then mkdir -p "$root$dst"; else mkdir -p "$(dirname "$root$dst")"; touch "$root$dst"; fi
+  mount --rbind "$src" "$root$dst"
+  if [ "$mode" = ro ]; then mount -o remount,bind,ro "$root$dst"; fi
+done <"$work/mounts"
+# readOnlyRootFilesystem.
+mount -o remount,bind,ro "$root"
+if touch "$root/should-fail" 2>/dev/null; then echo "FAIL: the root is writable" >&2; exit 1; fi
+env=(NODE_NAME=image-test PATH=/usr/local/bin:/usr/bin:/usr/sbin)
+while read -r e; do env+=("$e"); done <"$work/env"
+eval "args=($(cat "$work/args"))"
+chroot "$root" /usr/bin/setpriv --bounding-set "-all,$(cat "$work/caps")" --inh-caps -all \
+  /usr/bin/env -i "${env[@]}" /usr/local/bin/nodegate "${args[@]}" >"$work/agent.log" 2>&1 &
+echo $! >"$work/agent.pid"
+wait
+INNER
+unshare -m --propagation private bash "$work/inner.sh" "$work" &
+inner=$!
+
+ready=0
+for _ in $(seq 150); do
+  if ! kill -0 "$inner" 2>/dev/null; then break; fi
+  if [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:19830/readyz)" = 200 ]; then ready=1; break; fi
+  sleep 0.2
+done
+if [ "$ready" != 1 ]; then
+  echo "FAIL: the staged agent did not become ready on 127.0.0.1:19830 in 30 s; its log:" >&2
+  cat "$work/agent.log" >&2 2>/dev/null || true
+  exit 1
+fi
+echo "ok   /readyz answered 200"
+pid=$(cat "$work/agent.pid")
+agent=$pid  # chroot, setpriv and env all exec: the same process
+# The capabilities the process really holds are the chart's, no more.
+eff=$(awk '/^CapEff/ {print $2}' "/proc/$agent/status")
+want=$(setpriv --bounding-set "-all,$(cat "$work/caps")" grep CapBnd /proc/self/status | awk '{print $2}')
+[ "$eff" = "$want" ] || { echo "FAIL: the agent holds capabilities $eff, the chart grants $want" >&2; exit 1; }
+echo "ok   capabilities $eff"
+curl -sf http://127.0.0.1:19830/metrics | grep -q '^nodegate_build_info' || { echo "FAIL: no nodegate_build_info in /metrics" >&2; exit 1; }
+echo "ok   /metrics"
+curl -sf -o /dev/null http://127.0.0.1:19831/ || { echo "FAIL: the debug page on 127.0.0.1:19831 does not answer" >&2; exit 1; }
+echo "ok   debug page"
+# What the checks saw through the chart's mounts (printed for the CI log).
+curl -sf http://127.0.0.1:19831/api/v1/checks >"$work/checks.json" \
+  || { echo "FAIL: /api/v1/checks does not answer" >&2; exit 1; }
+jq -r '.checks[] | "     \(.check): \(.status) \(.reason): \(.message)"' "$work/checks.json"
+# The chart's capability set must be enough for `nsenter -t 1 -m -- lvm` wherever root itself may
+# enter PID 1's mount namespace (some sandboxes deny that even to root: then say so).
+lvm_msg=$(jq -r '.checks[] | select(.check == "lvm") | .message' "$work/checks.json")
+if nsenter -t 1 -m -- true 2>/dev/null; then
+  case "$lvm_msg" in
+    *nsenter:*) echo "FAIL: with the chart's capabilities nsenter fails: $lvm_msg" >&2; exit 1 ;;
+  esac
+  echo "ok   nsenter -t 1 -m works with the chart's capabilities"
+else
+  echo "note: this host denies nsenter into PID 1 even to root; the lvm path is not exercised here"
+fi
+kill "$(cat "$work/agent.pid")" 2>/dev/null || true
+wait "$inner" 2>/dev/null || true
+echo "image: ok"

@@ -1,0 +1,199 @@
+// The dns-path probe: virt-launcher discovery over a procfs fixture, the Cilium static check on
+// ConfigMap fixtures, and the evaluation of tracer summaries.
+#include "dns_path.h"
+
+#include <gtest/gtest.h>
+
+#include "nodegate/host_root.h"
+
+namespace nodegate {
+namespace {
+
+const std::string kDir = std::string(NODEGATE_FIXTURES) + "/dns/";
+
+std::string fixture(const std::string& name) {
+  auto t = readFile(kDir + name);
+  EXPECT_TRUE(t.ok()) << name;
+  return t.valueOr("");
+}
+
+TEST(VirtLauncher, CmdlineGivesTheVmi) {
+  using namespace std::string_literals;
+  EXPECT_EQ(launcherVmiFromCmdline("virt-launcher\0--name\0vm1\0--namespace\0ns1\0"s), "ns1/vm1");
+  EXPECT_EQ(launcherVmiFromCmdline("virt-launcher\0--namespace=ns2\0--name=vm2\0"s), "ns2/vm2");
+  EXPECT_EQ(launcherVmiFromCmdline("virt-launcher\0--name\0vm3"s), "default/vm3");
+  EXPECT_EQ(launcherVmiFromCmdline("virt-launcher\0--name"s), "");
+  EXPECT_EQ(launcherVmiFromCmdline(""), "");
+}
+
+TEST(VirtLauncher, FindsOnlyRealLaunchersInProc) {
+  HostRoot host("/nonexistent");
+  host.setProcfs(kDir + "proc-launchers");
+  auto found = findVirtLaunchers(host);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].pid, 4242);
+  EXPECT_EQ(found[0].vmi, "team-a/vm-alpha");
+  EXPECT_EQ(found[0].netns_path, kDir + "proc-launchers/4242/ns/net");
+}
+
+TEST(VirtLauncher, MissingProcIsEmptyNotACrash) {
+  HostRoot host("/nonexistent-root");
+  EXPECT_TRUE(findVirtLaunchers(host).empty());
+}
+
+TEST(Cilium, IncidentConfigPredictsTheIncident) {
+  auto c = parseCiliumConfig(fixture("cilium-config-incident.json"));
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_TRUE(c->kube_proxy_replacement);
+  EXPECT_TRUE(c->socket_lb);
+  EXPECT_FALSE(c->host_namespace_only);
+  EXPECT_TRUE(c->predictsIncident());
+}
+
+TEST(Cilium, HostNamespaceOnlyIsTheFix) {
+  auto c = parseCiliumConfig(fixture("cilium-config-hostns-only.json"));
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->socket_lb);  // implied by full kube-proxy replacement
+  EXPECT_TRUE(c->host_namespace_only);
+  EXPECT_FALSE(c->predictsIncident());
+}
+
+TEST(Cilium, KubeProxyModeAndVariants) {
+  auto c = parseCiliumConfig(fixture("cilium-config-kube-proxy.json"));
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->predictsIncident());
+  // Explicitly disabled socket LB under full replacement: per-packet translation stays in.
+  c = parseCiliumConfig(R"({"kube-proxy-replacement":"true","bpf-lb-sock":"false"})");
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->predictsIncident());
+  // Partial replacement with the pre-1.12 name of socket LB switched on.
+  c = parseCiliumConfig(
+      R"({"kube-proxy-replacement":"partial","enable-host-reachable-services":"true"})");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->predictsIncident());
+  c = parseCiliumConfig(R"({"kube-proxy-replacement":"strict","bpf-lb-sock-hostns-only":true})");
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->predictsIncident());
+}
+
+TEST(Cilium, BadInputIsAClearError) {
+  for (const char* bad : {"", "[]", "{", R"({"data": 3})", "null"}) {
+    auto c = parseCiliumConfig(bad);
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(c.error().message.find("failed to parse cilium-config"), std::string::npos);
+  }
+}
+
+DnsPathSummary summaryWith(std::vector<GuestDnsStatus> vms, std::size_t guests = 1) {
+  DnsPathSummary s;
+  s.guests = guests;
+  s.attached_hops = 4;
+  s.vms = std::move(vms);
+  for (const auto& v : s.vms) s.queries_in_window += v.answered + v.failed;
+  return s;
+}
+
+TEST(DnsPathEval, NoTracerAndNoGuestsIsPassNoGuests) {
+  DnsPathInputs in;
+  auto r = evaluateDnsPath(in);
+  EXPECT_EQ(r.status, Status::Pass);
+  EXPECT_EQ(r.reason, "NoGuests");
+}
+
+TEST(DnsPathEval, NoTracerWithGuestsIsUnknownNeverPass) {
+  DnsPathInputs in;
+  in.launchers = 2;
+  auto r = evaluateDnsPath(in);
+  EXPECT_EQ(r.status, Status::Unknown);
+  EXPECT_EQ(r.reason, "TracerNotRunning");
+  EXPECT_FALSE(r.hint.empty());
+  in.launchers = 0;
+  in.launchers_readable = false;  // cannot even tell whether guests exist
+  EXPECT_EQ(evaluateDnsPath(in).status, Status::Unknown);
+}
+
+TEST(DnsPathEval, StaticPredictionWithoutTracer) {
+  DnsPathInputs in;
+  in.cilium = *parseCiliumConfig(fixture("cilium-config-incident.json"));
+  in.launchers = 1;
+  auto r = evaluateDnsPath(in);
+  EXPECT_EQ(r.status, Status::Fail);
+  EXPECT_EQ(r.reason, "ServiceTranslationMissing");
+  EXPECT_NE(r.hint.find("hostNamespaceOnly"), std::string::npos);
+  in.launchers = 0;
+  r = evaluateDnsPath(in);
+  EXPECT_EQ(r.status, Status::Warn);
+  EXPECT_EQ(r.reason, "ServiceTranslationMissing");
+}
+
+TEST(DnsPathEval, TracerVerdictsDecide) {
+  DnsPathInputs in;
+  in.tracer = summaryWith({{"ns/a", GuestDnsState::Ok, "", 10, 0}});
+  EXPECT_EQ(evaluateDnsPath(in).reason, "Ok");
+  EXPECT_EQ(evaluateDnsPath(in).status, Status::Pass);
+
+  in.tracer = summaryWith({{"ns/a", GuestDnsState::Ok, "", 10, 0},
+                           {"ns/b", GuestDnsState::ServerError, "x.example A: SERVFAIL", 0, 3}});
+  auto r = evaluateDnsPath(in);
+  EXPECT_EQ(r.status, Status::Warn);
+  EXPECT_EQ(r.reason, "ServerError");
+  EXPECT_NE(r.message.find("ns/b"), std::string::npos);
+
+  in.tracer = summaryWith({{"ns/b", GuestDnsState::ServerError, "SERVFAIL", 0, 3},
+                           {"ns/c", GuestDnsState::NoResponse, "last seen at server", 0, 2}});
+  r = evaluateDnsPath(in);
+  EXPECT_EQ(r.status, Status::Fail);
+  EXPECT_EQ(r.reason, "NoResponse");
+  EXPECT_NE(r.hint.find("nodegate dns trace --vmi ns/c"), std::string::npos);
+
+  in.tracer = summaryWith(
+      {{"ns/c", GuestDnsState::NoResponse, "", 0, 2},
+       {"ns/d", GuestDnsState::ServiceTranslationMissing, "last seen at host-out", 0, 2}});
+  r = evaluateDnsPath(in);
+  EXPECT_EQ(r.status, Status::Fail);
+  EXPECT_EQ(r.reason, "ServiceTranslationMissing");
+  EXPECT_NE(r.message.find("ns/d"), std::string::npos);
+}
+
+TEST(DnsPathEval, TracerWithoutTraffic) {
+  DnsPathInputs in;
+  in.tracer = summaryWith({}, 0);
+  EXPECT_EQ(evaluateDnsPath(in).reason, "NoGuests");
+  in.tracer = summaryWith({}, 2);
+  EXPECT_EQ(evaluateDnsPath(in).reason, "NoQueries");
+  EXPECT_EQ(evaluateDnsPath(in).status, Status::Pass);
+  // Guests that have not asked anything yet under a config that will break them.
+  in.cilium = *parseCiliumConfig(fixture("cilium-config-incident.json"));
+  EXPECT_EQ(evaluateDnsPath(in).reason, "ServiceTranslationMissing");
+  // Answered queries outweigh the prediction (a NodeLocal DNS cache can avoid the ClusterIP).
+  in.tracer = summaryWith({{"ns/a", GuestDnsState::Ok, "", 4, 0}});
+  EXPECT_EQ(evaluateDnsPath(in).reason, "Ok");
+}
+
+TEST(DnsPathProbe, ReadsTheBoardAndTheConfiguredFile) {
+  auto board = std::make_shared<DnsVerdictBoard>();
+  DnsPathProbe probe(board);
+  HostRoot host("/nonexistent");
+  host.setProcfs(kDir + "proc-launchers");
+  Config cfg;
+  cfg.set("dns-path", "cilium_config_file", kDir + "cilium-config-hostns-only.json");
+  ProbeContext ctx{host, cfg};
+  auto r = probe.run(ctx);
+  EXPECT_EQ(r.reason, "TracerNotRunning");  // one launcher in the fixture, no tracer
+  board->publish(summaryWith({{"team-a/vm-alpha", GuestDnsState::Ok, "", 3, 0}}));
+  r = probe.run(ctx);
+  EXPECT_EQ(r.status, Status::Pass);
+  bool saw_cilium = false;
+  for (const auto& e : r.evidence) saw_cilium |= e.source == "cilium-config";
+  EXPECT_TRUE(saw_cilium);
+  cfg.set("dns-path", "cilium_config_file", kDir + "missing.json");
+  board->clear();
+  r = probe.run(ctx);
+  EXPECT_EQ(r.status, Status::Unknown);
+  bool saw_error = false;
+  for (const auto& e : r.evidence) saw_error |= e.observed.find("failed to") != std::string::npos;
+  EXPECT_TRUE(saw_error);
+}
+
+}  // namespace
+}  // namespace nodegate

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The real binary on a captured host tree (--host-root): its JSON for the host-virtualization
+# checks must equal the committed golden, and its table must be aligned and agree with the JSON.
+# The tree holds no device nodes, so the device checks see them missing: this golden
+# (expected-cli.json) differs from expected.json, which runs with the fake DeviceIo.
+# Regenerate: NODEGATE_UPDATE_GOLDEN=1 ctest -R probes_check_host_root, then review git diff.
+set -euo pipefail
+: "${NODEGATE:?path of the nodegate binary}" "${NODEGATE_SRC:?source tree}"
+scenario=intel-baremetal-vmx
+root="$NODEGATE_SRC/test/fixtures/hosts/$scenario"
+golden="$root/expected-cli.json"
+tmp=$(mktemp -d /tmp/nodegate-hostroot-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+checks='["cpu-virt","kvm-device","vhost-net","tun","kernel-modules","nested-virt","iommu","cgroups","hugepages"]'
+
+rc=0
+"$NODEGATE" check --host-root "$root" --output json >"$tmp/out.json" || rc=$?
+[ "$rc" = 1 ] || { echo "FAIL: exit code $rc, want 1 (kvm-device fails without /dev/kvm)" >&2; exit 1; }
+jq --arg root "$root" --argjson want "$checks" '
+  [.checks[] | select(.check as $c | $want | index($c)) | del(.duration_seconds)]
+  | walk(if type == "string" then gsub($root; "$ROOT") else . end)' "$tmp/out.json" >"$tmp/got.json"
+[ "$(jq length "$tmp/got.json")" = 9 ] || { echo "FAIL: not all 9 host checks ran" >&2; exit 1; }
+if [ -n "${NODEGATE_UPDATE_GOLDEN:-}" ]; then cp "$tmp/got.json" "$golden"; echo "updated $golden"; exit 0; fi
+diff -u "$golden" "$tmp/got.json" || { echo "FAIL: --host-root JSON differs from $golden" >&2; exit 1; }
+
+# Table: every row's STATUS and REASON start in the header's columns; statuses match the JSON.
+rc=0
+"$NODEGATE" check --host-root "$root" --color never >"$tmp/table.txt" || rc=$?
+[ "$rc" = 1 ] || { echo "FAIL: table exit code $rc" >&2; exit 1; }
+if grep -q $'\033' "$tmp/table.txt"; then echo "FAIL: colour codes with --color never" >&2; exit 1; fi
+python3 - "$tmp/table.txt" "$tmp/out.json" <<'PY'
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+doc = json.load(open(sys.argv[2]))
+head = lines[0]
+cols = {k: head.index(k) for k in ("STATUS", "REASON", "MESSAGE")}
+want = {c["check"]: c for c in doc["checks"]}
+rows = 0
+for line in lines[1:]:
+    if not line.strip() or line.startswith("vm gate"):
+        continue
+    if line.lstrip().startswith("hint:"):
+        assert line.index("hint:") == cols["REASON"], f"hint not under REASON: {line!r}"
+        continue
+    name = line[:cols["STATUS"]].strip()
+    status = line[cols["STATUS"]:cols["REASON"]].strip()
+    reason = line[cols["REASON"]:cols["MESSAGE"]].strip()
+    assert line[cols["STATUS"] - 1] == " " and line[cols["REASON"] - 1] == " ", f"misaligned: {line!r}"
+    assert name in want, f"unknown check row {name!r}"
+    assert status == want[name]["status"], f"{name}: table {status} json {want[name]['status']}"
+    assert reason == want[name]["reason"], f"{name}: table {reason} json {want[name]['reason']}"
+    rows += 1
+assert rows == len(want), f"{rows} rows for {len(want)} checks"
+print(f"ok: {rows} aligned rows")
+PY

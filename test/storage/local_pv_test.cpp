@@ -1,0 +1,285 @@
+// The local-pv probe over a built kubelet tree (a temp host root), with a fake lvm run and a fake
+// BLKROGET; the real-mount cases are in local_pv_real_fs_test.sh.
+#include "local_pv.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "storage_fakes.h"
+
+namespace nodegate {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::FakeDeviceIo;
+using testing::FakeExec;
+using testing::readFixture;
+
+bool contains(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
+double metricValue(const CheckResult& r, const std::string& name, const std::string& pv) {
+  for (const auto& m : r.metrics)
+    if (m.name == name && m.labels.count("pv") && m.labels.at("pv") == pv) return m.value;
+  return -1;
+}
+
+// A host root with a kubelet dir, one filesystem PV (pvc-aaa) and one block PV (pvc-bbb).
+class KubeletTree : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("nodegate-localpv-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_ / "proc/1");
+    exec_ = std::make_shared<FakeExec>();
+    exec_->reply(readFixture("healthy.json"));
+    dev_ = std::make_shared<FakeDeviceIo>();
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  void write(const fs::path& rel, const std::string& text) {
+    fs::create_directories((root_ / rel).parent_path());
+    std::ofstream(root_ / rel) << text;
+  }
+  void addFsPv(const std::string& uid, const std::string& pv, const std::string& handle,
+               const std::string& mount_opts = "rw,relatime", const std::string& super = "rw") {
+    const std::string dir = "var/lib/kubelet/pods/" + uid + "/volumes/kubernetes.io~csi/" + pv;
+    fs::create_directories(root_ / dir / "mount");
+    write(dir + "/vol_data.json", R"({"driverName":"topolvm.io","specVolID":")" + pv +
+                                      R"(","volumeHandle":")" + handle + R"("})");
+    mountinfo_ += "100 1 253:3 / /" + dir + "/mount " + mount_opts + " shared:1 - xfs " +
+                  "/dev/topolvm/" + handle + " " + super + "\n";
+  }
+  void addBlockPv(const std::string& uid, const std::string& pv, const std::string& handle,
+                  int read_only, bool dangling = false) {
+    const std::string link =
+        "var/lib/kubelet/pods/" + uid + "/volumeDevices/kubernetes.io~csi/" + pv;
+    const std::string global = "var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/" + pv;
+    write(global + "/data/vol_data.json", R"({"driverName":"local.csi.openebs.io","specVolID":")" +
+                                              pv + R"(","volumeHandle":")" + handle + R"("})");
+    fs::create_directories((root_ / link).parent_path());
+    fs::create_symlink("/" + global + "/dev/" + uid, root_ / link);
+    if (!dangling) {
+      write(global + "/dev/" + uid, "");
+      dev_->read_only[(root_ / global / "dev" / uid).string()] = read_only;
+    }
+  }
+  CheckResult run(Config cfg = {}) {
+    write("proc/1/mountinfo", mountinfo_);
+    // The filesystem PVs are directories on whatever disk the test runs on; its fill level is
+    // not ours to assert, so usage thresholds stay out of the way unless a test sets them.
+    if (cfg.number("local-pv", "used_warn_percent", -1) < 0) {
+      cfg.set("local-pv", "used_warn_percent", 101);
+      cfg.set("local-pv", "used_fail_percent", 101);
+    }
+    HostRoot host(root_.string());
+    ProbeContext ctx{host, cfg};
+    LocalPvProbe probe(std::make_shared<LvmReportSource>(exec_), dev_);
+    return probe.run(ctx);
+  }
+
+  fs::path root_;
+  std::string mountinfo_ = "22 27 0:21 / /proc rw,relatime - proc proc rw\n";
+  std::shared_ptr<FakeExec> exec_;
+  std::shared_ptr<FakeDeviceIo> dev_;
+};
+
+TEST_F(KubeletTree, HealthyVolumes) {
+  addFsPv("uid-1", "pvc-aaa", "pvc-aaa");
+  addBlockPv("uid-2", "pvc-bbb", "pvc-bbb", 0);
+  auto r = run();
+  EXPECT_EQ(r.status, Status::Pass) << r.message;
+  EXPECT_EQ(r.reason, "LocalVolumesHealthy");
+  EXPECT_TRUE(contains(r.message, "2 local volumes"));
+  EXPECT_EQ(metricValue(r, "nodegate_local_pv_read_only", "pvc-aaa"), 0);
+  EXPECT_EQ(metricValue(r, "nodegate_local_pv_read_only", "pvc-bbb"), 0);
+  // Block usage = the thin LV's data percent x its size: 10 % of 10 GiB.
+  EXPECT_DOUBLE_EQ(metricValue(r, "nodegate_local_pv_used_bytes", "pvc-bbb"), 1.0 * (1u << 30));
+  EXPECT_DOUBLE_EQ(metricValue(r, "nodegate_local_pv_capacity_bytes", "pvc-bbb"),
+                   10.0 * (1u << 30));
+  // Filesystem usage comes from statvfs on the mount dir (here the test's own filesystem).
+  EXPECT_GT(metricValue(r, "nodegate_local_pv_capacity_bytes", "pvc-aaa"), 0);
+  EXPECT_GE(metricValue(r, "nodegate_local_pv_inodes_used", "pvc-aaa"), 0);
+}
+
+TEST_F(KubeletTree, ReadOnlyMountIsFlagged) {
+  addFsPv("uid-1", "pvc-aaa", "pvc-aaa", "ro,relatime");
+  auto r = run();
+  EXPECT_EQ(r.status, Status::Fail);
+  EXPECT_EQ(r.reason, "VolumeReadOnly");
+  EXPECT_TRUE(contains(r.message, "PV pvc-aaa is read-only: mounted ro")) << r.message;
+  EXPECT_EQ(metricValue(r, "nodegate_local_pv_read_only", "pvc-aaa"), 1);
+}
+
+TEST_F(KubeletTree, SuperblockRemountedReadOnlyIsFlagged) {
+  addFsPv("uid-1", "pvc-aaa", "pvc-aaa", "rw,relatime", "ro,errors=remount-ro");
+  auto r = run();
+  EXPECT_EQ(r.reason, "VolumeReadOnly");
+}
+
+TEST_F(KubeletTree, ReadOnlyBlockDeviceIsFlagged) {
+  addBlockPv("uid-2", "pvc-bbb", "pvc-bbb", 1);
+  auto r = run();
+  EXPECT_EQ(r.status, Status::Fail);
+  EXPECT_EQ(r.reason, "VolumeReadOnly");
+  EXPECT_TRUE(contains(r.message, "BLKROGET")) << r.message;
+  EXPECT_EQ(metricValue(r, "nodegate_local_pv_read_only", "pvc-bbb"), 1);
+}
+
+TEST_F(KubeletTree, ReadOnlyLvIsFlaggedButInactiveIsNot) {
+  exec_->reply(readFixture("read-only-lv.std.json"));
+  addBlockPv("uid-2", "pvc-aaa", "pvc-aaa", 0);
+  auto r = run();
+  EXPECT_EQ(r.reason, "VolumeReadOnly");
+  EXPECT_TRUE(contains(r.message, "LV permission read-only")) << r.message;
+
+  // The same PV on an inactive writable LV ("unknown" permission) is not read-only.
+  exec_->reply(readFixture("snapshots.json"));  // pvc-aaa-snap is inactive, permission unknown
+  Config cfg;
+  cfg.set("local-pv", "lvm_max_age_seconds", 0);
+  fs::remove_all(root_ / "var");
+  addBlockPv("uid-3", "pvc-aaa-snap", "pvc-aaa-snap", 0);
+  auto r2 = run(cfg);
+  EXPECT_NE(r2.reason, "VolumeReadOnly") << r2.message;
+}
+
+TEST_F(KubeletTree, ExpectedReadOnlyIsAllowed) {
+  addFsPv("uid-1", "pvc-aaa", "pvc-aaa", "ro");
+  Config cfg;
+  cfg.set("local-pv", "expected_read_only", nlohmann::json::array({"pvc-aaa"}));
+  EXPECT_EQ(run(cfg).status, Status::Pass);
+}
+
+TEST_F(KubeletTree, OrphanedLvsInTheManagedVg) {
+  addFsPv("uid-1", "pvc-aaa", "pvc-aaa");
+  Config cfg;
+  cfg.set("lvm", "volume_group", "vmdata");
+  auto r = run(cfg);
+  EXPECT_EQ(r.status, Status::Warn);
+  EXPECT_EQ(r.reason, "OrphanedVolumes");
+  EXPECT_TRUE(contains(r.message, "1 LVs in vmdata are not used by any PV on this node (pvc-bbb)"))
+      << r.message;
+}
+
+TEST_F(KubeletTree, MissingBackingLvAndDanglingDevice) {
+  addFsPv("uid-1", "pvc-gone", "e6b3a1b2-0000");
+  addBlockPv("uid-2", "pvc-dangling", "pvc-dangling", 0, /*dangling=*/true);
+  Config cfg;
+  cfg.set("lvm", "volume_group", "vmdata");
+  auto r = run(cfg);
+  EXPECT_EQ(r.status, Status::Fail);
+  EXPECT_EQ(r.reason, "VolumeBackingMissing");
+  EXPECT_TRUE(contains(r.message,
+                       "PV pvc-gone: backing LV e6b3a1b2-0000 is not in volume group "
+                       "vmdata"))
+      << r.message;
+  EXPECT_TRUE(contains(r.message, "pvc-dangling")) << r.message;
+}
+
+TEST_F(KubeletTree, PoolPressureUnderTheVolumes) {
+  exec_->reply(readFixture("thinpool-100-out-of-data.json"));
+  addBlockPv("uid-2", "pvc-bbb", "pvc-bbb", 0);
+  auto r = run();
+  EXPECT_EQ(r.status, Status::Fail);
+  EXPECT_EQ(r.reason, "ThinPoolDataPressure");
+  exec_->reply(readFixture("partial-vg-missing-pv.json"));
+  Config cfg;
+  cfg.set("local-pv", "lvm_max_age_seconds", 0);
+  addBlockPv("uid-3", "pvc-aaa", "pvc-aaa", 0);
+  r = run(cfg);
+  EXPECT_EQ(r.reason, "VolumeGroupDegraded") << r.message;
+}
+
+TEST_F(KubeletTree, NearlyFullBlockVolume) {
+  exec_->reply(readFixture("healthy.json"));  // pvc-aaa: 50 % of 10 GiB
+  addBlockPv("uid-2", "pvc-aaa", "pvc-aaa", 0);
+  Config cfg;
+  cfg.set("local-pv", "used_warn_percent", 40);
+  auto r = run(cfg);
+  EXPECT_EQ(r.status, Status::Warn);
+  EXPECT_EQ(r.reason, "VolumeNearlyFull");
+}
+
+TEST_F(KubeletTree, NotMountedFilesystemVolume) {
+  addFsPv("uid-1", "pvc-aaa", "pvc-aaa");
+  mountinfo_ = "22 27 0:21 / /proc rw,relatime - proc proc rw\n";  // kubelet dir but no mount
+  auto r = run();
+  EXPECT_EQ(r.reason, "VolumeNotMounted");
+}
+
+TEST_F(KubeletTree, SharesTheLvmProbesRun) {
+  addBlockPv("uid-2", "pvc-bbb", "pvc-bbb", 0);
+  write("proc/1/mountinfo", mountinfo_);
+  auto source = std::make_shared<LvmReportSource>(exec_);
+  LvmProbe lvm(source);
+  LocalPvProbe local(source, dev_);
+  HostRoot host(root_.string());
+  Config cfg;
+  ProbeContext ctx{host, cfg};
+  EXPECT_EQ(lvm.run(ctx).status, Status::Pass);
+  EXPECT_EQ(local.run(ctx).status, Status::Pass);
+  EXPECT_EQ(exec_->calls, 1);
+}
+
+TEST_F(KubeletTree, NoLvmStillChecksFilesystems) {
+  exec_->reply("", 127, "No such file or directory");
+  addFsPv("uid-1", "pvc-aaa", "pvc-aaa", "ro");
+  addBlockPv("uid-2", "pvc-bbb", "pvc-bbb", 0);
+  auto r = run();
+  EXPECT_EQ(r.reason, "VolumeReadOnly");
+  EXPECT_LT(metricValue(r, "nodegate_local_pv_used_bytes", "pvc-bbb"), 0);  // unknown, not 0
+}
+
+TEST_F(KubeletTree, NoKubeletDir) {
+  auto r = run();
+  EXPECT_EQ(r.status, Status::Pass);
+  EXPECT_EQ(r.reason, "NoLocalVolumes");
+  Config cfg;
+  cfg.set("lvm", "volume_group", "vmdata");
+  r = run(cfg);
+  EXPECT_EQ(r.status, Status::Unknown);
+  EXPECT_EQ(r.reason, "VolumeDiscoveryFailed");
+  EXPECT_FALSE(r.hint.empty());
+}
+
+TEST(ParseMountInfo, FieldsEscapesAndReadOnly) {
+  auto m = parseMountInfo(
+      "36 35 98:0 /mnt1 /mnt\\040two rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n"
+      "37 35 98:0 / /ro ro,relatime - ext4 /dev/sda1 rw\n"
+      "38 35 98:0 / /sb rw,relatime shared:2 master:3 - ext4 /dev/sda2 ro,errors=remount-ro\n"
+      "39 35 98:0 / /rootfs rw,relatime - ext4 /dev/sda3 rw,errors=remount-ro\n"
+      "garbage line\n"
+      "40 35 98:0 / /short rw - \n");
+  ASSERT_EQ(m.size(), 4u);
+  EXPECT_EQ(m[0].mount_point, "/mnt two");
+  EXPECT_EQ(m[0].root, "/mnt1");
+  EXPECT_EQ(m[0].fstype, "ext3");
+  EXPECT_EQ(m[0].source, "/dev/root");
+  EXPECT_FALSE(m[0].read_only);
+  EXPECT_TRUE(m[1].read_only);
+  EXPECT_TRUE(m[2].read_only);
+  EXPECT_FALSE(m[3].read_only);  // "errors=remount-ro" is not "ro"
+}
+
+TEST(FsUsage, FromStatvfs) {
+  struct statvfs st {};
+  st.f_frsize = 4096;
+  st.f_blocks = 1000;
+  st.f_bfree = 250;
+  st.f_files = 100;
+  st.f_ffree = 40;
+  auto u = fsUsageOf(st);
+  EXPECT_EQ(u.capacity_bytes, 4096u * 1000);
+  EXPECT_EQ(u.used_bytes, 4096u * 750);
+  EXPECT_EQ(u.inodes_used, 60u);
+}
+
+}  // namespace
+}  // namespace nodegate

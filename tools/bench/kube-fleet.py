@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Fleet benchmark for the Kubernetes publisher (figures go to docs/benchmarks/kube.md).
+
+Runs N simulated agents (real KubePublisher instances, see kube_fleet.cpp) in P processes
+against the fake API server and reads the server's request log:
+  1. first start: every node gets its labels/conditions (the one-time install burst);
+  2. whole-fleet restart with the same state: request rate per second (peak vs mean), and
+     writes (must be 0: no label removed and re-added);
+  3. steady state with resyncs every --resync seconds: writes per node per hour, split into
+     metadata patches, status patches (heartbeats) and events;
+  4. fault-to-API latency: agents flip one check at a time while the fleet runs; the time
+     from publish() to the PATCH arriving at the server.
+
+usage: tools/bench/kube-fleet.py --build BUILD_DIR [--agents 2000] [--procs 4] [--steady 180]
+"""
+
+import argparse
+import collections
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "test", "fakeapi"))
+from harness import FakeApi  # noqa: E402
+
+
+def run_fleet(binary, api, agents, procs, duration, extra):
+    per = agents // procs
+    ps = []
+    for p in range(procs):
+        args = [binary, "--kubeconfig", api.kubeconfig, "--agents", str(per), "--first", str(p * per),
+                "--duration", str(duration)] + [str(x) for x in extra]
+        ps.append(subprocess.Popen(args, stdout=subprocess.PIPE, text=True))
+    outs = [p.communicate()[0] for p in ps]
+    return outs
+
+
+def node_of(r):
+    """The node a request is about: from the path, or from an event's regarding/name."""
+    p = r["path"]
+    if p.startswith("/api/v1/nodes/"):
+        return p.split("/")[4]
+    body = r.get("body")
+    if isinstance(body, dict) and isinstance(body.get("regarding"), dict):
+        return body["regarding"].get("name")
+    if "/events/" in p:
+        return p.rsplit("/", 1)[1].rsplit(".", 1)[0]
+    return None
+
+
+def summarize(reqs, t0, t1, agents):
+    per_sec = collections.Counter(int(r["time"] - t0) for r in reqs if t0 <= r["time"] < t1)
+    kinds = collections.Counter()
+    for r in reqs:
+        if not t0 <= r["time"] < t1:
+            continue
+        p = r["path"]
+        if r["method"] == "GET":
+            kinds["watch" if "watch=" in r["query"] else "get"] += 1
+        elif p.endswith("/status"):
+            kinds["status patch"] += 1
+        elif "/events" in p:
+            kinds["event " + r["method"].lower()] += 1
+        else:
+            kinds["node patch"] += 1
+    secs = max(1.0, t1 - t0)
+    return {"requests": sum(kinds.values()), "by_kind": dict(kinds),
+            "peak_rps": max(per_sec.values()) if per_sec else 0,
+            "mean_rps": sum(per_sec.values()) / secs, "per_node": sum(kinds.values()) / agents}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--agents", type=int, default=2000)
+    ap.add_argument("--procs", type=int, default=4)
+    ap.add_argument("--steady", type=float, default=180)
+    ap.add_argument("--resync", type=float, default=10)
+    ap.add_argument("--heartbeat", type=float, default=60)
+    ap.add_argument("--startup-jitter", type=float, default=10)
+    ap.add_argument("--flips", type=int, default=40)
+    args = ap.parse_args()
+    binary = os.path.join(args.build, "test", "kube", "kube_fleet")
+    api = FakeApi("bench", plain=True, bookmark_interval=60)
+    try:
+        for i in range(args.agents):
+            api.call("POST", "/fake/nodes", {"name": "fleet-%d" % i})
+        common = ["--resync", args.resync, "--heartbeat", args.heartbeat, "--startup-jitter", args.startup_jitter]
+
+        # 1. first start
+        seq = api.last_seq()
+        t0 = time.time()
+        run_fleet(binary, api, args.agents, args.procs, args.startup_jitter + 15, common)
+        t1 = time.time()
+        first = summarize(api.requests(seq), t0, t1, args.agents)
+
+        # 2 + 3 + 4. restart with the same state, stay for the steady window, flip now and then.
+        seq = api.last_seq()
+        t0 = time.time()
+        flip_every = max(0.5, args.steady / max(1, args.flips))
+        ps = []
+        per = args.agents // args.procs
+        for p in range(args.procs):
+            extra = common + (["--flip-every", flip_every] if p == 0 else [])
+            cmd = [binary, "--kubeconfig", api.kubeconfig, "--agents", str(per), "--first", str(p * per),
+                   "--duration", str(args.startup_jitter + 5 + args.steady)] + [str(x) for x in extra]
+            ps.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
+        outs = [p.communicate()[0] for p in ps]
+        t_end = time.time()
+        reqs = api.requests(seq)
+        burst_end = t0 + args.startup_jitter + 5
+        restart = summarize(reqs, t0, burst_end, args.agents)
+        flip_nodes = set()
+        flips = []
+        for line in outs[0].splitlines():
+            if line.startswith("flip "):
+                _, node, t = line.split()
+                flips.append((node, float(t)))
+                flip_nodes.add(node)
+        # Steady state: everything after the restart burst, minus the flipping agents' own writes.
+        steady_reqs = [r for r in reqs if node_of(r) not in flip_nodes]
+        steady = summarize(steady_reqs, burst_end, t_end, args.agents - len(flip_nodes))
+        hours = (t_end - burst_end) / 3600
+        writes = {k: v / (args.agents - len(flip_nodes)) / hours for k, v in steady["by_kind"].items()
+                  if k not in ("get", "watch")}
+        lat = []
+        for node, t in flips:
+            hit = next((r["time"] for r in reqs if r["method"] == "PATCH" and r["path"] == "/api/v1/nodes/" + node
+                        and r["time"] >= t), None)
+            if hit is not None:
+                lat.append(hit - t)
+        restart_writes = {k: v for k, v in restart["by_kind"].items() if k not in ("get", "watch")}
+        print("agents=%d procs=%d resync=%ss heartbeat=%ss startup_jitter=%ss steady=%ss"
+              % (args.agents, args.procs, args.resync, args.heartbeat, args.startup_jitter, args.steady))
+        print("first start: %d requests (%.2f/node), peak %d req/s, mean %.1f req/s, %s"
+              % (first["requests"], first["per_node"], first["peak_rps"], first["mean_rps"], first["by_kind"]))
+        print("restart burst: %d requests (%.2f/node), peak %d req/s, mean %.1f req/s, writes %s"
+              % (restart["requests"], restart["per_node"], restart["peak_rps"], restart["mean_rps"],
+                 restart_writes or "none"))
+        print("steady state: %.0f s, writes per node per hour: %s"
+              % (t_end - burst_end, {k: round(v, 2) for k, v in writes.items()} or "none"))
+        if lat:
+            lat.sort()
+            print("fault-to-PATCH latency over %d flips: p50 %.1f ms, p90 %.1f ms, max %.1f ms"
+                  % (len(lat), 1000 * statistics.median(lat), 1000 * lat[int(0.9 * (len(lat) - 1))], 1000 * lat[-1]))
+        else:
+            print("fault-to-PATCH latency: no flips matched")
+    finally:
+        api.close()
+
+
+if __name__ == "__main__":
+    main()
