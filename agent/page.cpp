@@ -72,17 +72,6 @@ nlohmann::json snapshotJson(const Snapshot& s) {
 
 namespace {
 
-// Failing first: what an on-call engineer must act on comes before what is fine.
-int severity(Status s) {
-  switch (s) {
-    case Status::Fail: return 0;
-    case Status::Unknown: return 1;
-    case Status::Warn: return 2;
-    case Status::Pass: return 3;
-  }
-  return 4;
-}
-
 std::string ago(std::chrono::system_clock::time_point t, std::chrono::system_clock::time_point now) {
   if (t.time_since_epoch().count() == 0) return "never";
   auto s = std::chrono::duration_cast<std::chrono::seconds>(now - t).count();
@@ -210,7 +199,7 @@ std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSec
     out += "</div></div>\n";
   }
 
-  int counts[4] = {0, 0, 0, 0};
+  int counts[4] = {0, 0, 0, 0};  // indexed by severity(): PASS, WARN, UNKNOWN, FAIL
   for (const auto& c : snap.checks) counts[severity(c.result.status)]++;
   out += "<div class=\"counts\">";
   const Status order[] = {Status::Fail, Status::Unknown, Status::Warn, Status::Pass};
@@ -221,9 +210,10 @@ std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSec
 
   std::vector<const CheckState*> sorted;
   for (const auto& c : snap.checks) sorted.push_back(&c);
+  // Worst first: what an on-call engineer must act on comes before what is fine.
   std::stable_sort(sorted.begin(), sorted.end(), [&](const CheckState* a, const CheckState* b) {
     int sa = severity(a->result.status), sb = severity(b->result.status);
-    if (sa != sb) return sa < sb;
+    if (sa != sb) return sa > sb;
     return required.count(a->result.check) > required.count(b->result.check);
   });
 

@@ -8,10 +8,14 @@ namespace nodegate {
 
 std::string_view toString(Status s) {
   switch (s) {
-    case Status::Pass: return "PASS";
-    case Status::Warn: return "WARN";
-    case Status::Fail: return "FAIL";
-    case Status::Unknown: return "UNKNOWN";
+    case Status::Pass:
+      return "PASS";
+    case Status::Warn:
+      return "WARN";
+    case Status::Fail:
+      return "FAIL";
+    case Status::Unknown:
+      return "UNKNOWN";
   }
   return "UNKNOWN";
 }
@@ -23,6 +27,20 @@ std::optional<Status> parseStatus(std::string_view text) {
       return s;
   }
   return std::nullopt;
+}
+
+int severity(Status s) {
+  switch (s) {
+    case Status::Pass:
+      return 0;
+    case Status::Warn:
+      return 1;
+    case Status::Unknown:
+      return 2;
+    case Status::Fail:
+      return 3;
+  }
+  return 2;
 }
 
 CheckResult makeResult(std::string check, Status status, std::string reason, std::string message,
@@ -44,13 +62,13 @@ nlohmann::json toJson(const CheckResult& r, bool include_duration) {
   j["message"] = r.message;
   j["hint"] = r.hint;
   j["evidence"] = nlohmann::json::array();
-  for (const auto& e : r.evidence) j["evidence"].push_back({{"source", e.source}, {"observed", e.observed}});
+  for (const auto& e : r.evidence)
+    j["evidence"].push_back({{"source", e.source}, {"observed", e.observed}});
   j["labels"] = r.labels;
   j["metrics"] = nlohmann::json::array();
   for (const auto& m : r.metrics)
     j["metrics"].push_back({{"name", m.name}, {"labels", m.labels}, {"value", m.value}});
-  if (include_duration)
-    j["duration_seconds"] = std::chrono::duration<double>(r.duration).count();
+  if (include_duration) j["duration_seconds"] = std::chrono::duration<double>(r.duration).count();
   return j;
 }
 

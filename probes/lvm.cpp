@@ -12,20 +12,6 @@ constexpr const char* kContainerHint =
     "host's mount namespace with --lvm-command 'nsenter -t 1 -m -- lvm' (needs hostPID), or "
     "mount the host's /dev and /run/lvm into the container";
 
-int rank(Status s) {
-  switch (s) {
-    case Status::Pass:
-      return 0;
-    case Status::Warn:
-      return 1;
-    case Status::Unknown:
-      return 2;
-    case Status::Fail:
-      return 3;
-  }
-  return 2;
-}
-
 std::string percent(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f %%", v);
@@ -127,7 +113,8 @@ CheckResult combineFindings(std::string check, const std::vector<StorageFinding>
                             std::string pass_reason, std::string pass_message) {
   const StorageFinding* worst = nullptr;
   for (const auto& f : findings)
-    if (f.status != Status::Pass && (!worst || rank(f.status) > rank(worst->status))) worst = &f;
+    if (f.status != Status::Pass && (!worst || severity(f.status) > severity(worst->status)))
+      worst = &f;
   if (!worst)
     return makeResult(std::move(check), Status::Pass, std::move(pass_reason),
                       std::move(pass_message));

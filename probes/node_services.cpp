@@ -27,20 +27,6 @@ Result<std::string> stringProperty(const DBusProperties& props, const std::strin
   return *s;
 }
 
-int rank(Status s) {
-  switch (s) {
-    case Status::Pass:
-      return 0;
-    case Status::Warn:
-      return 1;
-    case Status::Unknown:
-      return 2;
-    case Status::Fail:
-      return 3;
-  }
-  return 2;
-}
-
 // Errors that say the bus or systemd itself is unreachable: asking about the next unit would
 // only wait for the same timeout again.
 bool busLevel(const Error& e) {
@@ -166,7 +152,7 @@ CheckResult evaluateNodeServices(const std::vector<UnitReport>& units,
   } else {
     const Finding* worst = &findings.front();
     for (const auto& f : findings)
-      if (rank(f.status) > rank(worst->status)) worst = &f;
+      if (severity(f.status) > severity(worst->status)) worst = &f;
     // Units that failed for one reason (the bus is down) say it once.
     std::string msg = worst->message;
     for (const auto& f : findings)

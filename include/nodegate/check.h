@@ -18,6 +18,10 @@ enum class Status { Pass, Warn, Fail, Unknown };
 std::string_view toString(Status s);                  // "PASS", "WARN", "FAIL", "UNKNOWN"
 std::optional<Status> parseStatus(std::string_view);  // inverse of toString, case-insensitive
 
+// Ordering for "the worst finding wins": PASS < WARN < UNKNOWN < FAIL. UNKNOWN ranks above WARN
+// because an undecided check must not hide behind a merely degraded one.
+int severity(Status s);
+
 // One observation that supports the verdict: where it was read and what was seen there.
 struct Evidence {
   std::string source;    // "/proc/cpuinfo flags", "ioctl KVM_GET_API_VERSION"
@@ -34,7 +38,7 @@ struct MetricSample {
 };
 
 struct CheckResult {
-  std::string check;    // probe name, e.g. "kvm-device"
+  std::string check;  // probe name, e.g. "kvm-device"
   Status status = Status::Unknown;
   std::string reason;   // CamelCase, stable: "DeviceMissing"
   std::string message;  // one line for humans

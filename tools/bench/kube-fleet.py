@@ -51,6 +51,22 @@ def node_of(r):
     return None
 
 
+def heartbeat_only(r):
+    """A status patch that changes no condition: every condition keeps an older transition time."""
+    conds = (r.get("body") or {}).get("status", {}).get("conditions") if isinstance(r.get("body"), dict) else None
+    return bool(conds) and all(c.get("lastTransitionTime", "") < c.get("lastHeartbeatTime", "") for c in conds)
+
+
+def label_removals(reqs):
+    """Node patches that delete a label (merge-patch null): what a flapping restart would send."""
+    n = 0
+    for r in reqs:
+        body = r.get("body")
+        if r["method"] == "PATCH" and isinstance(body, dict):
+            n += sum(1 for v in (body.get("metadata", {}).get("labels") or {}).values() if v is None)
+    return n
+
+
 def summarize(reqs, t0, t1, agents):
     per_sec = collections.Counter(int(r["time"] - t0) for r in reqs if t0 <= r["time"] < t1)
     kinds = collections.Counter()
@@ -61,15 +77,19 @@ def summarize(reqs, t0, t1, agents):
         if r["method"] == "GET":
             kinds["watch" if "watch=" in r["query"] else "get"] += 1
         elif p.endswith("/status"):
-            kinds["status patch"] += 1
+            kinds["heartbeat" if heartbeat_only(r) else "status patch"] += 1
         elif "/events" in p:
             kinds["event " + r["method"].lower()] += 1
         else:
             kinds["node patch"] += 1
+    # The busiest second of the busiest single agent: what its own token bucket had to allow.
+    node_sec = collections.Counter((node_of(r), int(r["time"] - t0)) for r in reqs
+                                   if t0 <= r["time"] < t1 and node_of(r))
     secs = max(1.0, t1 - t0)
     return {"requests": sum(kinds.values()), "by_kind": dict(kinds),
             "peak_rps": max(per_sec.values()) if per_sec else 0,
-            "mean_rps": sum(per_sec.values()) / secs, "per_node": sum(kinds.values()) / agents}
+            "mean_rps": sum(per_sec.values()) / secs, "per_node": sum(kinds.values()) / agents,
+            "node_peak_rps": max(node_sec.values()) if node_sec else 0}
 
 
 def main():
@@ -84,7 +104,7 @@ def main():
     ap.add_argument("--flips", type=int, default=40)
     args = ap.parse_args()
     binary = os.path.join(args.build, "test", "kube", "kube_fleet")
-    api = FakeApi("bench", plain=True, bookmark_interval=60)
+    api = FakeApi("bench", plain=True, bookmark_interval=60, port_range="19900-19999")
     try:
         for i in range(args.agents):
             api.call("POST", "/fake/nodes", {"name": "fleet-%d" % i})
@@ -104,7 +124,7 @@ def main():
         ps = []
         per = args.agents // args.procs
         for p in range(args.procs):
-            extra = common + (["--flip-every", flip_every] if p == 0 else [])
+            extra = common + (["--flip-every", flip_every, "--flip-after", args.startup_jitter + 5] if p == 0 else [])
             cmd = [binary, "--kubeconfig", api.kubeconfig, "--agents", str(per), "--first", str(p * per),
                    "--duration", str(args.startup_jitter + 5 + args.steady)] + [str(x) for x in extra]
             ps.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
@@ -128,18 +148,22 @@ def main():
                   if k not in ("get", "watch")}
         lat = []
         for node, t in flips:
-            hit = next((r["time"] for r in reqs if r["method"] == "PATCH" and r["path"] == "/api/v1/nodes/" + node
-                        and r["time"] >= t), None)
+            # The first write about that node (label patch or condition patch, whichever comes first).
+            hit = next((r["time"] for r in reqs if r["method"] == "PATCH" and r["time"] >= t
+                        and r["path"].startswith("/api/v1/nodes/") and node_of(r) == node), None)
             if hit is not None:
                 lat.append(hit - t)
-        restart_writes = {k: v for k, v in restart["by_kind"].items() if k not in ("get", "watch")}
+        restart_writes = {k: v for k, v in restart["by_kind"].items() if k not in ("get", "watch", "heartbeat")}
+        removed = label_removals([r for r in reqs if t0 <= r["time"] < burst_end])
         print("agents=%d procs=%d resync=%ss heartbeat=%ss startup_jitter=%ss steady=%ss"
               % (args.agents, args.procs, args.resync, args.heartbeat, args.startup_jitter, args.steady))
-        print("first start: %d requests (%.2f/node), peak %d req/s, mean %.1f req/s, %s"
-              % (first["requests"], first["per_node"], first["peak_rps"], first["mean_rps"], first["by_kind"]))
-        print("restart burst: %d requests (%.2f/node), peak %d req/s, mean %.1f req/s, writes %s"
+        print("first start: %d requests (%.2f/node), peak %d req/s, mean %.1f req/s, busiest agent %d req/s, %s"
+              % (first["requests"], first["per_node"], first["peak_rps"], first["mean_rps"],
+                 first["node_peak_rps"], first["by_kind"]))
+        print("restart burst: %d requests (%.2f/node), peak %d req/s, mean %.1f req/s, busiest agent %d req/s, "
+              "%s, writes besides heartbeats %s, labels removed %d"
               % (restart["requests"], restart["per_node"], restart["peak_rps"], restart["mean_rps"],
-                 restart_writes or "none"))
+                 restart["node_peak_rps"], restart["by_kind"], restart_writes or "none", removed))
         print("steady state: %.0f s, writes per node per hour: %s"
               % (t_end - burst_end, {k: round(v, 2) for k, v in writes.items()} or "none"))
         if lat:

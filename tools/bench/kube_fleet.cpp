@@ -1,9 +1,9 @@
 // kube_fleet: many simulated nodegate agents in one process, each a real KubePublisher (same
 // client, rate limiter, watch and patch code as the agent), against one API server.
-// Driven by tools/bench/kube-fleet.sh, which reads the server's request log for the figures.
+// Driven by tools/bench/kube-fleet.py, which reads the server's request log for the figures.
 //
 //   kube_fleet --kubeconfig FILE --agents N [--first I] [--duration S] [--resync S]
-//              [--flip-every S] [--heartbeat S] [--startup-jitter S] [--qps Q --burst B]
+//              [--flip-every S] [--flip-after S] [--heartbeat S] [--startup-jitter S] [--qps Q --burst B]
 //
 // Agent i publishes node "fleet-<i>". Every --resync seconds each agent publishes its
 // (unchanged) snapshot again, as the agent loop does after each cycle. With --flip-every, one
@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -101,7 +102,9 @@ int main(int argc, char** argv) {
 
   auto start = std::chrono::steady_clock::now();
   auto next_resync = start + std::chrono::duration<double>(resync);
-  auto next_flip = start + std::chrono::duration<double>(flip_every > 0 ? flip_every : 1e9);
+  // Flips wait for --flip-after so the restart burst is measured without them.
+  double flip_after = arg(argc, argv, "--flip-after", 0);
+  auto next_flip = start + std::chrono::duration<double>(flip_every > 0 ? flip_after + flip_every : 1e9);
   int flip_index = 0;
   while (std::chrono::steady_clock::now() - start < std::chrono::duration<double>(duration)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -130,6 +133,12 @@ int main(int argc, char** argv) {
         total += m.counter.value;
       }
   std::printf("requests_total %.0f\n", total);
-  pubs.clear();  // shutdown writes nothing
+  // Shutdown writes nothing, but each publisher's watch notices the stop only at curl's next
+  // progress callback (about a second): stopping them one after another took minutes for a few
+  // hundred agents, so stop them all at once.
+  std::vector<std::thread> stoppers;
+  stoppers.reserve(pubs.size());
+  for (auto& p : pubs) stoppers.emplace_back([&p] { p.reset(); });
+  for (auto& t : stoppers) t.join();
   return 0;
 }
