@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
 jobs=$(nproc)
-cmake -S . -B build >/dev/null
+cmake -S . -B build -DNODEGATE_BUILD_TESTS=ON >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs" "$@"
 # Fuzz targets: a separate clang build with libFuzzer + ASan/UBSan, each run briefly.
