@@ -160,11 +160,9 @@ CheckResult evaluateKernelModules(const ModulesObservation& o) {
 
 CheckResult KernelModulesProbe::run(const ProbeContext& ctx) {
   ModulesObservation o;
-  if (auto text = readFile(ctx.host.proc("cpuinfo"))) {
-    auto cpu = parseCpuInfo(*text);
-    o.arch = cpu.arch;
-    o.vendor_module = kvmVendorModule(cpu);
-  }
+  auto cpu = readCpuKvmFacts(ctx.host);
+  o.arch = cpu.arch;
+  o.vendor_module = cpu.vendor_module;
   struct stat st {};
   o.kvm_misc_present = ::stat(ctx.host.sys("class/misc/kvm").c_str(), &st) == 0;
   if (auto text = readFile(ctx.host.proc("modules"))) {

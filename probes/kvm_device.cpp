@@ -87,6 +87,16 @@ std::string kvmVendorModule(const CpuInfo& cpu) {
   return {};
 }
 
+CpuKvmFacts readCpuKvmFacts(const HostRoot& host) {
+  CpuKvmFacts facts;
+  if (auto text = readFile(host.proc("cpuinfo"))) {
+    auto cpu = parseCpuInfo(*text);
+    facts.arch = cpu.arch;
+    facts.vendor_module = kvmVendorModule(cpu);
+  }
+  return facts;
+}
+
 CheckResult evaluateKvmDevice(const KvmObservation& o) {
   using S = DeviceNode::State;
   const std::string dev = o.node.path;
@@ -176,11 +186,9 @@ CheckResult evaluateKvmDevice(const KvmObservation& o) {
 
 CheckResult KvmDeviceProbe::run(const ProbeContext& ctx) {
   KvmObservation o;
-  if (auto text = readFile(ctx.host.proc("cpuinfo"))) {
-    auto cpu = parseCpuInfo(*text);
-    o.arch = cpu.arch;
-    o.vendor_module = kvmVendorModule(cpu);
-  }
+  auto cpu = readCpuKvmFacts(ctx.host);
+  o.arch = cpu.arch;
+  o.vendor_module = cpu.vendor_module;
   o.sys_misc_present = exists(ctx.host.sys("class/misc/kvm"));
   o.secure_guest = secureGuest(ctx.host);
   o.node = openDeviceNode(*io_, ctx.host.dev("kvm"), kMiscMajor, kKvmMinor, O_RDWR);

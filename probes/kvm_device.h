@@ -30,6 +30,14 @@ std::vector<KvmCapability> kvmRequiredCapabilities(std::string_view arch);
 // builds KVM into the kernel; an unknown x86 vendor gets no guess).
 std::string kvmVendorModule(const CpuInfo& cpu);
 
+// The host's CPU architecture and kvm vendor module, read from <proc>/cpuinfo; both empty when
+// cpuinfo cannot be read (the cpu-virt check reports that). kvm-device and kernel-modules share it.
+struct CpuKvmFacts {
+  std::string arch;
+  std::string vendor_module;
+};
+CpuKvmFacts readCpuKvmFacts(const HostRoot& host);
+
 struct KvmObservation {
   std::string arch;               // from cpuinfo
   std::string vendor_module;      // kvmVendorModule()
