@@ -18,6 +18,7 @@
 #include "events.h"
 #include "extension.h"
 #include "kube/kube.h"
+#include "kube/pv_source.h"
 #include "metrics.h"
 #include "nodegate/log.h"
 #include "nodegate/registry.h"
@@ -128,7 +129,10 @@ int runAgent(const Options& opts) {
   RunnerOptions ro;
   ro.resync = std::chrono::duration<double>(opts.resync_seconds);
   ro.registry = registry;
-  auto runner = std::make_shared<Runner>(makeProbes(productionSeams()), host, initial_config, ro);
+  auto seams = productionSeams();
+  // local-pv's API view of the PVs pinned here (null unless connected and enabled).
+  seams.api_pvs = kube::makeApiPvSource(opts, initial_config, *registry);
+  auto runner = std::make_shared<Runner>(makeProbes(seams), host, initial_config, ro);
   runner->addPublisher(std::make_shared<MetricsPublisher>(registry));
   if (opts.kube == "none") {
     runner->addPublisher(std::make_shared<LoggingPublisher>(opts));
@@ -185,7 +189,8 @@ int runAgent(const Options& opts) {
   // so /healthz, /metrics and signals are served meanwhile; routes they add appear when ready.
   AgentServices services{opts,     host,     initial_config, registry, *debug_routes, sections,
                          [runner](std::uint32_t bits) { runner->trigger(bits); },
-                         [runner] { return runner->snapshot(); }};
+                         [runner] { return runner->snapshot(); },
+                         events ? events.value().get() : nullptr};
   std::mutex ext_mu;
   std::vector<std::unique_ptr<Extension>> extensions;
   auto ext_done = std::make_shared<std::atomic<bool>>(false);

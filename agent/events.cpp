@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,6 +42,9 @@ struct KernelEvents::Impl {
   int mounts_fd = -1;
   std::uint32_t nl_bits = 0;  // collected by the libnl callback
   prometheus::Family<prometheus::Counter>* counter = nullptr;
+  std::mutex listeners_mu;  // held while listeners run, so removal waits for a running one
+  std::map<int, Sink> listeners;
+  int next_listener = 1;
   std::thread thread;
 
   void count(const char* source, const char* subsystem) {
@@ -70,6 +75,9 @@ struct KernelEvents::Impl {
     if (h->nlmsg_type == RTM_NEWLINK || h->nlmsg_type == RTM_DELLINK) {
       self->nl_bits |= kTriggerNetLink;
       self->count("rtnetlink", h->nlmsg_type == RTM_NEWLINK ? "newlink" : "dellink");
+    } else if (h->nlmsg_type == RTM_NEWNSID || h->nlmsg_type == RTM_DELNSID) {
+      self->nl_bits |= kTriggerNetLink;
+      self->count("rtnetlink", h->nlmsg_type == RTM_NEWNSID ? "newnsid" : "delnsid");
     }
     return NL_OK;
   }
@@ -80,7 +88,7 @@ struct KernelEvents::Impl {
     nl_socket_disable_seq_check(nl);
     nl_socket_modify_cb(nl, NL_CB_VALID, NL_CB_CUSTOM, &Impl::onNetlink, this);
     int rc = nl_connect(nl, NETLINK_ROUTE);
-    if (rc == 0) rc = nl_socket_add_memberships(nl, RTNLGRP_LINK, 0);
+    if (rc == 0) rc = nl_socket_add_memberships(nl, RTNLGRP_LINK, RTNLGRP_NSID, 0);
     if (rc == 0) rc = nl_socket_set_nonblocking(nl);
     if (rc != 0) {
       log::warn("failed to subscribe to rtnetlink link events", {{"error", nl_geterror(rc)}});
@@ -148,7 +156,11 @@ struct KernelEvents::Impl {
           count("mountinfo", "mounts");
         }
       }
-      if (bits) sink(bits);
+      if (bits) {
+        sink(bits);
+        std::lock_guard lock(listeners_mu);
+        for (auto& [id, l] : listeners) l(bits);
+      }
     }
   }
 
@@ -195,6 +207,22 @@ Result<std::unique_ptr<KernelEvents>> KernelEvents::start(const HostRoot& host, 
              {"rtnetlink", im.nl ? "on" : "off"}, {"mounts", im.mounts_fd >= 0 ? "on" : "off"}});
   im.thread = std::thread([&im] { im.loop(); });
   return ev;
+}
+
+int KernelEvents::addListener(Sink sink) {
+  std::lock_guard lock(impl_->listeners_mu);
+  int id = impl_->next_listener++;
+  impl_->listeners.emplace(id, std::move(sink));
+  return id;
+}
+
+void KernelEvents::removeListener(int id) {
+  std::lock_guard lock(impl_->listeners_mu);
+  impl_->listeners.erase(id);
+}
+
+bool KernelEvents::watchesLinks() const {
+  return impl_->nl != nullptr;
 }
 
 KernelEvents::~KernelEvents() {

@@ -2,7 +2,8 @@
 //   - libudev monitors, kernel source (raw uevents, works without udevd) and udev source (after
 //     udevd processed them, when udevd runs): misc -> kTriggerUdevMisc, block -> kTriggerUdevBlock,
 //     net -> kTriggerNetLink;
-//   - an rtnetlink socket (libnl) on RTNLGRP_LINK: link add/remove/change -> kTriggerNetLink;
+//   - an rtnetlink socket (libnl) on RTNLGRP_LINK and RTNLGRP_NSID: link add/remove/change and a
+//     peer netns getting or losing its id (a pod's netns appearing/going) -> kTriggerNetLink;
 //   - the host's mount table (<proc>/1/mountinfo, POLLPRI on change) -> kTriggerMounts.
 // Each source that cannot be opened is logged and skipped; the resync timer still covers it.
 // Counts what it sees in nodegate_agent_kernel_events_total{source,subsystem}.
@@ -27,6 +28,13 @@ class KernelEvents {
   static Result<std::unique_ptr<KernelEvents>> start(const HostRoot& host, Sink sink,
                                                      std::shared_ptr<prometheus::Registry> registry);
   ~KernelEvents();  // stops and joins the thread
+
+  // More sinks beside the one given to start() (extensions, e.g. the DNS tracer's hop discovery):
+  // each gets the bits of every batch on the event thread and must return at once. After
+  // removeListener() returns, the sink is not running and is never called again.
+  int addListener(Sink sink);
+  void removeListener(int id);
+  bool watchesLinks() const;  // the rtnetlink source is open
   KernelEvents(const KernelEvents&) = delete;
   KernelEvents& operator=(const KernelEvents&) = delete;
 

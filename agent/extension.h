@@ -7,6 +7,9 @@
 //      - s.page:          an HTML section on the status page "/" (agent/page.h).
 //      - s.trigger(bits): re-run the probes listening to those bits (any thread, returns at once).
 //      - s.snapshot():    the latest published state (cheap: a shared pointer).
+//      - s.kernel_events: the agent's kernel event sources (agent/events.h), to listen to link and
+//                         netns changes with addListener() (remove it in your destructor); null
+//                         when none could be opened.
 // 2. Add ONE line for it to agentExtensions() in agent/extensions.cpp.
 // The agent starts extensions one after another on a starter thread, after the loop and the HTTP
 // listeners are up (so a slow start, e.g. loading BPF programs, delays nothing else; routes and
@@ -33,6 +36,8 @@
 
 namespace nodegate {
 
+class KernelEvents;
+
 struct AgentServices {
   const Options& options;
   const HostRoot& host;
@@ -42,6 +47,7 @@ struct AgentServices {
   PageSections& page;
   std::function<void(std::uint32_t trigger_bits)> trigger;
   std::function<std::shared_ptr<const Snapshot>()> snapshot;
+  KernelEvents* kernel_events = nullptr;  // outlives every extension
 };
 
 // A running component; destroying it stops it.

@@ -9,7 +9,7 @@ namespace {
 
 class TimeSyncWatch final : public Extension {
  public:
-  explicit TimeSyncWatch(AgentServices& s) : dbus_(productionSeams().dbus) {
+  explicit TimeSyncWatch(AgentServices& s) : dbus_(makeSysDBus()) {
     auto trigger = s.trigger;
     watcher_ = std::make_unique<TimeSyncWatcher>(
         *dbus_, probeBusAddress(s.host, s.config, "time-sync"),

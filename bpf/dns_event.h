@@ -8,7 +8,12 @@
  *   NG_F_HOP_SET (hop came from the per-device map; 0 without it means "unconfigured device").
  *   netns_cookie is filled by tc events (bpf_get_netns_cookie) and by drop events (struct net).
  *   pkt_len = L3 length (IP header + payload) as seen, so truncation can be recognised. No field
- *   moved. */
+ *   moved.
+ * - 2026-11-29 (round 2) hop and NG_F_HOP_SET are stamped by the loader (DnsTracer) from its device
+ *   table before the callback sees the event, no longer by the BPF side: same meaning for users.
+ *   The BPF side reads the question's first length byte into the byte before qname, so _pad must
+ *   stay right before qname (a static assert in dns_tracer.bpf.c checks it); it is 0 on delivery.
+ *   No field moved. */
 #ifndef NODEGATE_DNS_EVENT_H
 #define NODEGATE_DNS_EVENT_H
 

@@ -26,15 +26,8 @@ const volatile __u16 cfg_dns_port = 53;
 
 struct {
   __uint(type, BPF_MAP_TYPE_RINGBUF);
-  __uint(max_entries, 4 << 20); /* resized by the loader */
+  __uint(max_entries, 1 << 20); /* resized by the loader (TracerOptions::ring_bytes) */
 } ng_events SEC(".maps");
-
-struct {
-  __uint(type, BPF_MAP_TYPE_HASH);
-  __uint(max_entries, NG_HOPS_MAX);
-  __type(key, struct ng_hop_key);
-  __type(value, __u8);
-} ng_hops SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -43,19 +36,17 @@ struct {
   __type(value, __u64);
 } ng_stats SEC(".maps");
 
-/* Raw question bytes: 255 (longest wire name) + 4 (qtype, qclass) fit; the power-of-two size lets
- * index masks prove bounds to the verifier. */
-#define NG_RAW_MAX 259
-#define NG_RAW_SIZE 512
-struct ng_raw {
-  __u8 b[NG_RAW_SIZE];
-};
+/* TCP DNS senders may write the 2-byte length prefix in a segment of its own (RFC 7766 allows it;
+ * a client with TCP_NODELAY that writes prefix and message separately does it). The bare prefix is
+ * remembered per device and flow until the segment that starts at the next sequence number: that
+ * one carries the message without a prefix. Only port-53 TCP segments whose first two bytes do not
+ * describe the segment itself ever look here, so UDP and ordinary TCP DNS never touch the map. */
 struct {
-  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, 1);
-  __type(key, __u32);
-  __type(value, struct ng_raw);
-} ng_scratch SEC(".maps");
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 1024);
+  __type(key, struct ng_tcp_flow);
+  __type(value, struct ng_tcp_pending);
+} ng_tcp_split SEC(".maps");
 
 extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
 
@@ -85,8 +76,14 @@ struct ng_meta {
   __u16 dport;
   __u16 flags;
   __u16 l3_len;
-  __u32 dns_off; /* first byte of the DNS message (after the TCP length prefix) */
-  __u32 dns_end; /* one past its last readable byte */
+  __u32 dns_off;    /* first byte of the DNS message (after the TCP length prefix) */
+  __u32 dns_end;    /* one past its last readable byte */
+  __u32 claim_end;  /* one past its last byte as the headers say (kfree_skb: may be paged) */
+  __u32 l3_end;     /* one past the last readable byte of the IP packet */
+  __u32 tcp_seq;
+  __u16 tcp_prefix; /* the TCP length prefix as read */
+  __u8 tcp_bare;    /* the segment is only a length prefix */
+  __u8 tcp_odd;     /* the prefix does not describe this segment: maybe a split-off message */
 };
 
 static __always_inline void ng_count(__u32 stat)
@@ -121,6 +118,22 @@ static __always_inline int ng_load(const struct ng_src *s, __u32 off, void *dst,
     } else if (__o < 0x3FFF && (s)->data + __o + (n) <= (s)->data_end) {                         \
       __builtin_memcpy((dst), (s)->data + __o, (n));                                             \
       __r = 0;                                                                                   \
+    }                                                                                            \
+    __r;                                                                                         \
+  })
+
+/* Fixed-size payload reads: direct when the bytes are in the linear data (every UDP message),
+ * through the helper otherwise (a TCP socket puts what it sends in page fragments, so the linear
+ * data of a real segment ends with the TCP header). */
+#define NG_LOAD_PAYLOAD(s, off, dst, n)                                                          \
+  ({                                                                                             \
+    int __r;                                                                                     \
+    __u32 __o = (off);                                                                           \
+    if (!(s)->kern && __o < 0x3FFF && (s)->data + __o + (n) <= (s)->data_end) {                  \
+      __builtin_memcpy((dst), (s)->data + __o, (n));                                             \
+      __r = 0;                                                                                   \
+    } else {                                                                                     \
+      __r = ng_load((s), __o, (dst), (n));                                                       \
     }                                                                                            \
     __r;                                                                                         \
   })
@@ -193,12 +206,14 @@ static __always_inline int ng_ipv6_ext(const struct ng_src *s, __u32 *off, __u8 
 }
 
 /* L3 at `off` (version 4 or 6) → L4 → start/end of the DNS message. Returns 0 for a port-53
- * packet with a DNS message start, -1 otherwise (the common non-DNS exit). */
+ * packet that may carry a DNS message, -1 otherwise (the common non-DNS exit). The header-length
+ * checks come later (ng_dns_bounds()), after a TCP message split from its prefix is put back
+ * together. */
 static __always_inline int ng_parse_l3(const struct ng_src *s, __u32 off, int version,
                                        struct ng_meta *m)
 {
   __u8 h[40];
-  __u32 l3_off = off, l3_end;
+  __u32 l3_off = off, claim_end;
   int proto;
 
   if (version == 4) {
@@ -219,7 +234,7 @@ static __always_inline int ng_parse_l3(const struct ng_src *s, __u32 off, int ve
       m->flags |= NG_F_FRAG;
     __builtin_memcpy(m->saddr, &h[12], 4);
     __builtin_memcpy(m->daddr, &h[16], 4);
-    l3_end = l3_off + ng_be16(&h[2]);
+    claim_end = l3_off + ng_be16(&h[2]);
     off += ihl;
   } else {
     if (NG_LOAD_HDR(s, off, h, 40))
@@ -229,14 +244,15 @@ static __always_inline int ng_parse_l3(const struct ng_src *s, __u32 off, int ve
     __builtin_memcpy(m->saddr, &h[8], 16);
     __builtin_memcpy(m->daddr, &h[24], 16);
     m->flags |= NG_F_IPV6;
-    l3_end = l3_off + 40 + ng_be16(&h[4]);
+    claim_end = l3_off + 40 + ng_be16(&h[4]);
     off += 40;
     proto = ng_ipv6_ext(s, &off, h[6], m);
     if (proto < 0)
       return -1;
   }
   /* A truncated capture (or a lying length field) ends where the bytes end. */
-  l3_end = ng_min(l3_end, s->len);
+  __u32 l3_end = ng_min(claim_end, s->len);
+  m->l3_end = l3_end;
   m->l3_len = (__u16)ng_min(l3_end - l3_off, 0xFFFF);
 
   if (proto == IPPROTO_UDP_) {
@@ -247,80 +263,216 @@ static __always_inline int ng_parse_l3(const struct ng_src *s, __u32 off, int ve
     if (m->sport != cfg_dns_port && m->dport != cfg_dns_port)
       return -1;
     m->dns_off = off + 8;
-    m->dns_end = ng_min(l3_end, off + ng_be16(&h[4]));
-  } else {
-    if (NG_LOAD_HDR(s, off, h, 20))
-      return -1;
-    m->sport = ng_be16(&h[0]);
-    m->dport = ng_be16(&h[2]);
-    if (m->sport != cfg_dns_port && m->dport != cfg_dns_port)
-      return -1;
-    if ((h[12] >> 4) < 5)
-      return -1;
-    off += (h[12] >> 4) * 4;
-    /* SYN, ACK, FIN: no payload, nothing to report, decided from the lengths alone. A segment
-     * carrying a message starts with the 2-byte length prefix (RFC 1035 4.2.2); later segments of a
-     * long message fail the header check. The payload is read with ng_load(), not direct access:
-     * a TCP socket puts what it sends in page fragments, so the linear data of a real segment ends
-     * with the TCP header (BPF_PROG_TEST_RUN frames are all linear and hid this). */
-    if (off + 2 > l3_end || ng_load(s, off, h, 2))
-      return -1;
-    m->flags |= NG_F_TCP;
-    m->dns_off = off + 2;
-    m->dns_end = ng_min(l3_end, off + 2 + ng_be16(&h[0]));
+    m->claim_end = ng_min(claim_end, off + ng_be16(&h[4]));
+    m->dns_end = ng_min(l3_end, m->claim_end);
+    return 0;
   }
-  if (m->dns_end < m->dns_off + 12) {
-    ng_count(NG_STAT_SHORT);
+
+  if (NG_LOAD_HDR(s, off, h, 20))
     return -1;
+  m->sport = ng_be16(&h[0]);
+  m->dport = ng_be16(&h[2]);
+  if (m->sport != cfg_dns_port && m->dport != cfg_dns_port)
+    return -1;
+  if ((h[12] >> 4) < 5)
+    return -1;
+  m->tcp_seq = ((__u32)ng_be16(&h[4]) << 16) | ng_be16(&h[6]);
+  off += (h[12] >> 4) * 4;
+  /* SYN, ACK, FIN: no payload, nothing to report, decided from the lengths alone. A segment
+   * carrying a message starts with the 2-byte length prefix (RFC 1035 4.2.2), unless the sender
+   * wrote the prefix in a segment of its own (see ng_tcp_split). Later segments of a long message
+   * fail the header check. */
+  if (off >= claim_end)
+    return -1;
+  m->flags |= NG_F_TCP;
+  m->dns_off = off + 2;
+  m->claim_end = claim_end;
+  if (off + 2 > l3_end) {
+    m->dns_end = l3_end; /* ng_dns_bounds() tells a paged payload from a short one */
+    return 0;
+  }
+  if (NG_LOAD_PAYLOAD(s, off, h, 2))
+    return -1;
+  m->tcp_prefix = ng_be16(&h[0]);
+  m->tcp_bare = claim_end - off == 2;
+  m->tcp_odd = claim_end - off != 2 + (__u32)m->tcp_prefix;
+  m->dns_end = ng_min(l3_end, off + 2 + m->tcp_prefix);
+  return 0;
+}
+
+/* A TCP segment whose first two bytes are not the length of what follows: if this device just saw
+ * a bare prefix of the same flow that ends where this segment starts, the segment is that message
+ * without its prefix. A bare prefix itself is remembered and never reported. Returns -1 to skip. */
+static __always_inline int ng_tcp_split_fix(struct ng_meta *m, __u32 netns_ino, __u32 ifindex)
+{
+  struct ng_tcp_flow k = {.netns_ino = netns_ino, .ifindex = ifindex,
+                          .sport = m->sport, .dport = m->dport};
+
+  __builtin_memcpy(k.saddr, m->saddr, 16);
+  __builtin_memcpy(k.daddr, m->daddr, 16);
+  if (m->tcp_bare) {
+    struct ng_tcp_pending v = {.next_seq = m->tcp_seq + 2, .msg_len = m->tcp_prefix};
+    bpf_map_update_elem(&ng_tcp_split, &k, &v, BPF_ANY);
+    ng_count(NG_STAT_TCP_PREFIX);
+    return -1;
+  }
+  struct ng_tcp_pending *p = bpf_map_lookup_elem(&ng_tcp_split, &k);
+  if (p && p->next_seq == m->tcp_seq) {
+    __u16 len = p->msg_len;
+    bpf_map_delete_elem(&ng_tcp_split, &k);
+    m->dns_off -= 2;
+    m->claim_end = ng_min(m->claim_end, m->dns_off + len);
+    m->dns_end = ng_min(m->l3_end, m->dns_off + len);
   }
   return 0;
 }
 
-/* Question name (wire format) in raw[0..n) → dotted text in ev->qname, then qtype. Compression
- * pointers are rejected: in the question section nothing precedes the name, so any pointer is
- * either forward (invalid) or a loop. The loop steps from label to label (at most 128 in a 255-byte
- * name) and turns each inner length byte into a '.' in place, so the dotted name is raw[1..w). */
-static __always_inline void ng_parse_question(__u8 *raw, __u32 n, struct ng_dns_event *ev)
+/* Enough bytes for a DNS header? A kfree_skb copy whose headers claim more than its linear data
+ * holds has its payload in page fragments, which the tracepoint cannot read: counted apart. */
+static __always_inline int ng_dns_bounds(const struct ng_src *s, const struct ng_meta *m)
 {
-  __u32 w = 0; /* index of the current length byte */
+  if (m->dns_end >= m->dns_off + 12)
+    return 0;
+  ng_count(s->kern && m->claim_end >= m->dns_off + 12 ? NG_STAT_PAGED : NG_STAT_SHORT);
+  return -1;
+}
+
+/* The question at qoff, read with one copy straight into the record, starting one byte before
+ * ev->qname (in the last byte of ev->_pad): every label then lands where its dotted text belongs
+ * (raw[k] = qname[k-1]), the walk turns each inner length byte into a '.' in place, and the
+ * terminating zero is already the NUL. No scratch buffer, no second copy. Compression pointers are
+ * rejected: in the question section nothing precedes the name, so any pointer is either forward
+ * (invalid) or a loop. A name longer than the record keeps its prefix; its tail is walked one
+ * length byte at a time, in a second loop (one loop with both kinds of step would make the
+ * verifier walk every mix of them), to find qtype. */
+/* Scratch copy of a whole question, for names longer than the record: 255 (longest wire name)
+ * + 4 (qtype, qclass) fit; the power-of-two size lets index masks prove bounds to the verifier. */
+#define NG_RAW_MAX 259
+#define NG_RAW_SIZE 512
+#define NG_BAD_NAME 0xFFFFFFFFu
+struct ng_raw {
+  __u8 b[NG_RAW_SIZE];
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct ng_raw);
+} ng_scratch SEC(".maps");
+
+/* Index of the terminating zero of the name at qoff, or NG_BAD_NAME. */
+static __always_inline __u32 ng_long_name(const struct ng_src *s, __u32 qoff, __u32 avail)
+{
+  __u32 zero = 0, w = 0;
+  struct ng_raw *raw = bpf_map_lookup_elem(&ng_scratch, &zero);
+  __u64 n = avail;
   int i;
 
+  if (n > NG_RAW_MAX)
+    n = NG_RAW_MAX;
+  barrier_var(n); /* keep the [1, NG_RAW_MAX] checks on the register the helper gets */
+  if (!raw || n == 0 || n > NG_RAW_MAX || ng_load(s, qoff, raw->b, n))
+    return NG_BAD_NAME;
   for (i = 0; i < 128; i++) {
     if (w >= n)
-      goto bad; /* name runs past the packet */
-    __u8 c = raw[w & (NG_RAW_SIZE - 1)];
+      return NG_BAD_NAME;
+    __u32 k = w;
+    barrier_var(k); /* the compiler knows w <= 255 and would drop the mask the verifier needs */
+    __u8 c = raw->b[k & (NG_RAW_SIZE - 1)];
     if (c == 0)
+      return w;
+    if (c & 0xC0)
+      return NG_BAD_NAME;
+    w += c + 1;
+    if (w > 255)
+      return NG_BAD_NAME;
+  }
+  return NG_BAD_NAME;
+}
+
+#define NG_Q_MAX (NG_DNS_QNAME_MAX + 1) /* the first length byte + the record's name bytes */
+_Static_assert(__builtin_offsetof(struct ng_dns_event, qname) ==
+                   __builtin_offsetof(struct ng_dns_event, _pad) + sizeof(__u16),
+               "ng_question() reads the first length byte into the byte before qname");
+static __always_inline void ng_question(const struct ng_src *s, __u32 qoff, __u32 avail,
+                                        struct ng_dns_event *ev)
+{
+  __u8 *raw = (__u8 *)ev->qname - 1;
+  __u32 w = 0; /* index (from qoff) of the current length byte */
+  __u8 c, q[2];
+  int i;
+
+  /* 64-bit so the compiler checks the very register it passes to the helper. */
+  __u64 n = avail;
+  if (n > NG_Q_MAX)
+    n = NG_Q_MAX;
+  barrier_var(n);
+  if (n == 0 || n > NG_Q_MAX || ng_load(s, qoff, raw, n))
+    goto bad;
+  c = raw[0];
+  ev->_pad = 0;
+  __u32 loaded = n; /* raw[0..loaded) are valid */
+
+  /* qtype is taken where the walk ends, so nothing after the loops indexes the record with w:
+   * the verifier then needs no precise w there and merges the states of every way out of the
+   * loop (otherwise it re-walks the rest of the program once per name length). */
+  bool have_qtype = false;
+  for (i = 0; i < 128; i++) {
+    if (c == 0) {
+      if (w + 2 < loaded) { /* raw[w+1..w+2] = qname[w..w+1] */
+        __u32 q1 = w;
+        barrier_var(q1);
+        q1 &= NG_DNS_QNAME_MAX - 1;
+        __u32 q2 = (q1 + 1) & (NG_DNS_QNAME_MAX - 1);
+        ev->qtype = ((__u16)(__u8)ev->qname[q1] << 8) | (__u8)ev->qname[q2];
+        have_qtype = true;
+      }
       break;
+    }
     if (c & 0xC0)
       goto bad; /* compression pointer (0xC0) or reserved label type */
-    if (w > 0)
-      raw[w & (NG_RAW_SIZE - 1)] = '.';
     w += c + 1;
     if (w > 255)
       goto bad; /* longer than the 255-byte limit of RFC 1035 */
+    if (w >= avail)
+      goto bad; /* name runs past the packet */
+    if (w >= loaded)
+      break; /* past the record: the tail is walked below */
+    __u32 k = w - 1;
+    barrier_var(k);
+    k &= NG_DNS_QNAME_MAX - 1;
+    c = ev->qname[k];
+    if (c)
+      ev->qname[k] = '.';
   }
   if (i == 128)
     goto bad;
-  if (w + 2 < n) {
-    /* The compiler knows w <= 255 and drops masks; the barriers keep them for the verifier. */
-    __u32 q1 = w + 1, q2 = w + 2;
-    barrier_var(q1);
-    barrier_var(q2);
-    ev->qtype = ((__u16)raw[q1 & (NG_RAW_SIZE - 1)] << 8) | raw[q2 & (NG_RAW_SIZE - 1)];
-  } else
-    ev->flags |= NG_F_PARSE_ERR; /* qtype cut off */
-  __u32 len = w > 0 ? w - 1 : 0; /* dotted length */
-  if (len > NG_DNS_QNAME_MAX - 1) {
-    len = NG_DNS_QNAME_MAX - 1;
+  if (c != 0) {
+    /* Longer than the record (rare): the qname prefix is done; walk the whole name again in a
+     * scratch copy for its end. Restarting from 0 (not resuming at w) keeps the state the
+     * verifier sees here the same whatever iteration the loop above left at. */
+    w = ng_long_name(s, qoff, avail);
+    if (w == NG_BAD_NAME)
+      goto bad;
+  }
+  if (!have_qtype) {
+    if (w + 2 >= avail)
+      ev->flags |= NG_F_PARSE_ERR; /* qtype cut off */
+    else if (ng_load(s, qoff + w + 1, q, 2) == 0)
+      ev->qtype = ng_be16(q);
+    else
+      goto bad;
+  }
+  /* The name's zero length byte is already its NUL where it fits in the record. */
+  if (w == 0) {
+    ev->qname[0] = 0; /* the root: qname[0] holds qtype's first byte */
+  } else if (w - 1 > NG_DNS_QNAME_MAX - 1) {
+    ev->qname[NG_DNS_QNAME_MAX - 1] = 0;
     ev->flags |= NG_F_QNAME_TRUNC;
   }
-  barrier_var(len);
-  len &= NG_DNS_QNAME_MAX - 1;
-  if (len > 0)
-    bpf_probe_read_kernel(ev->qname, len, &raw[1]);
-  ev->qname[len] = 0;
   return;
 bad:
+  ev->_pad = 0;
   ev->qname[0] = 0;
   ev->flags |= NG_F_PARSE_ERR;
 }
@@ -340,10 +492,9 @@ static __always_inline void ng_emit(const struct ng_src *s, const struct ng_meta
 {
   __u8 hdr[12];
   struct ng_dns_event *ev;
+  __u32 qoff = m->dns_off + 12;
 
-  /* Payload, so possibly outside the linear data (TCP): see ng_parse_l3(). Only port-53 packets
-   * get here, so the helper call costs nothing on other traffic. */
-  if (ng_load(s, m->dns_off, hdr, 12))
+  if (NG_LOAD_PAYLOAD(s, m->dns_off, hdr, 12))
     return;
   __u16 fl = ng_be16(&hdr[2]);
   __u8 opcode = (fl >> 11) & 0xF;
@@ -359,11 +510,10 @@ static __always_inline void ng_emit(const struct ng_src *s, const struct ng_meta
     ng_count(NG_STAT_LOST);
     return;
   }
-  /* Every field is written below (no memset of the 208 bytes); qname is NUL-terminated. */
-  ev->qname[0] = 0;
+  /* Every field is written below (no memset of the 208 bytes); qname is NUL-terminated. The hop
+   * is stamped in user space from the device (DnsTracer), off the packet path. */
   ev->qtype = 0;
   ev->hop = 0;
-  ev->_pad = 0;
   ev->ts_ns = bpf_ktime_get_ns();
   ev->netns_cookie = w->netns_cookie;
   ev->netns_ino = w->netns_ino;
@@ -384,31 +534,23 @@ static __always_inline void ng_emit(const struct ng_src *s, const struct ng_meta
   ev->rcode = fl & 0xF;
   ev->pkt_len = m->l3_len;
 
-  struct ng_hop_key key = {.netns_ino = w->netns_ino, .ifindex = w->ifindex};
-  __u8 *hop = bpf_map_lookup_elem(&ng_hops, &key);
-  if (hop) {
-    ev->hop = *hop;
-    ev->flags |= NG_F_HOP_SET;
-  }
-
-  __u32 zero = 0;
-  struct ng_raw *raw = bpf_map_lookup_elem(&ng_scratch, &zero);
-  __u32 qoff = m->dns_off + 12;
-  /* 64-bit so the compiler checks the very register it passes to the helper. */
-  __u64 n = m->dns_end > qoff ? m->dns_end - qoff : 0;
-  if (n > NG_RAW_MAX)
-    n = NG_RAW_MAX;
-  barrier_var(n); /* keep the [1, NG_RAW_MAX] checks on the register the helper gets */
-  if (!raw || n == 0 || n > NG_RAW_MAX || ng_load(s, qoff, raw->b, n))
-    ev->flags |= NG_F_PARSE_ERR;
-  else
-    ng_parse_question(raw->b, n, ev);
+  ng_question(s, qoff, m->dns_end - qoff, ev);
 
   __u64 wake = BPF_RB_NO_WAKEUP;
   /* Batching: the reader polls every few ms; wake it early only when the ring fills up. */
   if (cfg_wakeup_bytes && bpf_ringbuf_query(&ng_events, BPF_RB_AVAIL_DATA) >= cfg_wakeup_bytes)
     wake = BPF_RB_FORCE_WAKEUP;
   bpf_ringbuf_submit(ev, wake);
+}
+
+/* The TCP fix-up and the length check, shared by both hooks once the packet's netns and device
+ * are known. */
+static __always_inline int ng_finish(const struct ng_src *s, struct ng_meta *m,
+                                     const struct ng_where *w)
+{
+  if ((m->tcp_bare || m->tcp_odd) && ng_tcp_split_fix(m, w->netns_ino, w->ifindex))
+    return -1;
+  return ng_dns_bounds(s, m);
 }
 
 static __always_inline int ng_tc(struct __sk_buff *skb, __u16 dir)
@@ -463,6 +605,8 @@ static __always_inline int ng_tc(struct __sk_buff *skb, __u16 dir)
       .kind = NG_EV_PACKET,
       .dir = dir,
   };
+  if (ng_finish(&s, &m, &w))
+    return TC_ACT_UNSPEC_;
   ng_emit(&s, &m, &w);
   return TC_ACT_UNSPEC_;
 }
@@ -480,10 +624,13 @@ int ng_tc_egress(struct __sk_buff *skb)
 }
 
 /* skb:kfree_skb(skb, location, reason[, rx_sk]). Runs for every freed-as-dropped skb on the node,
- * so the non-DNS exit is a handful of reads. Only the linear part of the skb is parsed: DNS
- * packets are small, and a paged skb's tail is not contiguous memory. Two attachments of the same
- * code: tp_btf (typed arguments, skb fields read with plain loads) where the kernel allows it, raw_tp
- * (every read through bpf_probe_read_kernel) otherwise; the loader picks one. */
+ * so the non-DNS exit is a handful of reads. Only the linear part of the skb is parsed: a paged
+ * skb's fragments are struct page references, and turning one into an address needs the kernel's
+ * page_address() (page_offset_base and vmemmap_base, randomized and not exported), so a dropped
+ * segment whose DNS bytes are in fragments is counted (NG_STAT_PAGED), not reported. Two
+ * attachments of the same code: tp_btf (typed arguments, skb fields read with plain loads) where
+ * the kernel allows it, raw_tp (every read through bpf_probe_read_kernel) otherwise; the loader
+ * picks one. */
 #define NG_SKB_READ(btf, skb, field) ((btf) ? (skb)->field : BPF_CORE_READ((skb), field))
 
 static __always_inline int ng_drop(struct sk_buff *skb, __u32 reason, const bool btf)
@@ -535,6 +682,8 @@ static __always_inline int ng_drop(struct sk_buff *skb, __u32 reason, const bool
     w.netns_ino = BPF_CORE_READ(net, ns.inum);
     w.netns_cookie = ng_net_cookie(net);
   }
+  if (ng_finish(&s, &m, &w))
+    return 0;
   ng_emit(&s, &m, &w);
   return 0;
 }

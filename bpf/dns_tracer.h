@@ -28,10 +28,16 @@
 namespace nodegate::dns {
 
 struct TracerOptions {
-  // Ring buffer size in bytes (power of two, multiple of the page size). Sized for the peak event
-  // rate × poll interval with headroom: 50k DNS packets/s × 4 hops × 10 ms × 216 B ≈ 432 KiB, so 4
-  // MiB absorbs bursts and a late poll.
-  std::size_t ring_bytes = 4u << 20;
+  // Ring buffer size in bytes (power of two, multiple of the page size). Rule: peak events/s ×
+  // poll interval × record size, with headroom for a late poll. Peak: 50k DNS packets/s seen at
+  // each of 4 traced devices = 200k events/s (the most this 2-vCPU machine's dnsperf drove through
+  // the bench topology was ~170k/s); poll 10 ms; record 208 B + 8 B ring header = 216 B. In
+  // flight per poll: 200k × 0.010 × 216 B = 432 KB. 1 MiB holds 2.4 polls of that peak; the
+  // program forces a wakeup at half full (512 KiB), so at the peak a poll may run ~24 ms late
+  // before anything is lost (~100 ms late at 50k events/s). The ring is mapped into the agent
+  // twice over (the data pages are mapped a second time for wrap-around reads), so every MiB
+  // here is 2 MiB of the agent's RSS: 4 MiB cost 8 MiB.
+  std::size_t ring_bytes = 1u << 20;
   // How often the poll thread drains the ring; the BPF side does not wake user space per event
   // (BPF_RB_NO_WAKEUP) and forces a wakeup only when the ring is half full.
   std::chrono::milliseconds poll_interval{10};
@@ -67,6 +73,10 @@ struct TracerStats {
   uint64_t ext_skipped = 0;    // IPv6 packets whose extension chain we do not walk (ESP, > 3)
   uint64_t not_dns = 0;        // port 53 payloads that are not a DNS message
   uint64_t short_packets = 0;  // port 53 packets truncated before the DNS header ends
+  uint64_t tcp_prefix_segments = 0;  // TCP segments carrying only the 2-byte length prefix; the
+                                    // message is reported from the segment that follows
+  uint64_t paged_skipped = 0;  // dropped port-53 packets whose DNS bytes sit in page fragments
+                               // (kfree_skb reads only the linear data): no drop event
   uint64_t events = 0;         // events delivered to the callback (user-space count)
 };
 

@@ -127,6 +127,21 @@ std::shared_ptr<DnsVerdictBoard> processDnsVerdicts() {
   return board;
 }
 
+void ClusterDnsBoard::publish(ClusterDnsFacts f) {
+  std::lock_guard lock(mu_);
+  facts_ = std::move(f);
+}
+
+std::optional<ClusterDnsFacts> ClusterDnsBoard::facts() const {
+  std::lock_guard lock(mu_);
+  return facts_;
+}
+
+std::shared_ptr<ClusterDnsBoard> processClusterDns() {
+  static const auto board = std::make_shared<ClusterDnsBoard>();
+  return board;
+}
+
 namespace {
 
 constexpr const char* kSocketLbHint =
@@ -150,6 +165,15 @@ CheckResult predicted(std::size_t guests) {
                     "no guests yet, but Cilium socket LB is not limited to the host namespace: "
                     "guests scheduled here will not reach the kube-dns ClusterIP",
                     kSocketLbHint);
+}
+
+// Without cilium-config nothing says whether guests' DNS will be translated: not a pass.
+CheckResult ciliumForbidden() {
+  return makeResult("dns-path", Status::Unknown, "CiliumConfigForbidden",
+                    "the API server refused to show cilium-config, so the Cilium socket-LB "
+                    "setting that predicts lost guest DNS cannot be checked",
+                    "grant the agent's service account get on configmaps/cilium-config in "
+                    "Cilium's namespace (chart value rbac.readCiliumConfig=true)");
 }
 
 }  // namespace
@@ -191,6 +215,8 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
                          " guests in the window)");
     } else if (predicts) {
       r = predicted(s.guests);
+    } else if (in.cilium_forbidden) {
+      r = ciliumForbidden();
     } else if (s.guests == 0) {
       r = makeResult("dns-path", Status::Pass, "NoGuests",
                      "no virt-launcher on this node to trace");
@@ -207,6 +233,8 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
       if (vm.state != GuestDnsState::Ok) r.evidence.push_back({"guest " + vm.vmi, vm.detail});
   } else if (predicts) {
     r = predicted(in.launchers);
+  } else if (in.cilium_forbidden) {
+    r = ciliumForbidden();
   } else if (in.launchers == 0 && in.launchers_readable) {
     r = makeResult("dns-path", Status::Pass, "NoGuests",
                    "no virt-launcher process on this node, so no guest DNS path to check");
@@ -218,6 +246,7 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
                    "agent; a one-shot `nodegate check` cannot watch queries");
   }
   if (in.cilium.known) r.evidence.push_back({"cilium-config", ciliumObserved(in.cilium)});
+  if (!in.cilium_note.empty()) r.evidence.push_back({"cilium-config", in.cilium_note});
   if (!in.cilium_error.empty()) r.evidence.push_back({"cilium-config", in.cilium_error});
   r.evidence.push_back({"virt-launcher processes",
                         in.launchers_readable ? std::to_string(in.launchers) : "unreadable"});
@@ -229,8 +258,8 @@ CheckResult DnsPathProbe::run(const ProbeContext& ctx) {
   if (source_) in.tracer = source_->summary();
   std::string path = ctx.config.text("dns-path", "cilium_config_file", "");
   if (!path.empty()) {
-    // The API client (agent/kube) does not fetch kube-system/cilium-config yet: a file the
-    // operator exports (`kubectl get cm -n kube-system cilium-config -o json`) stands in for it.
+    // An exported copy (`kubectl get cm -n kube-system cilium-config -o json`) for a one-shot
+    // `nodegate check`; the agent reads the ConfigMap from the API (agent/kube/cluster_dns.h).
     auto text = readFile(path, 1u << 20);
     if (!text) {
       in.cilium_error = text.error().message;
@@ -238,6 +267,16 @@ CheckResult DnsPathProbe::run(const ProbeContext& ctx) {
       in.cilium = *c;
     } else {
       in.cilium_error = c.error().message + " (" + path + ")";
+    }
+  } else if (auto f = cluster_ ? cluster_->facts() : std::nullopt) {
+    switch (f->cilium_read) {
+      case ApiRead::Ok: in.cilium = f->cilium; break;
+      case ApiRead::NotFound: in.cilium_note = f->cilium_detail; break;
+      case ApiRead::Forbidden:
+        in.cilium_forbidden = true;
+        in.cilium_error = f->cilium_detail;
+        break;
+      case ApiRead::Failed: in.cilium_error = f->cilium_detail; break;
     }
   }
   DIR* d = ::opendir(ctx.host.proc().c_str());

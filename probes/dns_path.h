@@ -91,10 +91,45 @@ class DnsVerdictBoard final : public DnsVerdictSource {
 // makeProbes() reads it. Tests build their own boards.
 std::shared_ptr<DnsVerdictBoard> processDnsVerdicts();
 
+// --- the cluster's view, read from the API by the agent (agent/kube/cluster_dns.h) ----------
+
+enum class ApiRead { Ok, NotFound, Forbidden, Failed };
+
+struct DnsEndpoint {
+  std::string address;  // a CoreDNS pod IP
+  std::string node;     // nodeName, "" when the slice does not say
+  bool ready = true;
+};
+
+struct ClusterDnsFacts {
+  std::chrono::system_clock::time_point updated;
+  ApiRead cilium_read = ApiRead::Failed;  // NotFound: the cluster runs no Cilium
+  CiliumSocketLb cilium;                  // when Ok
+  std::string cilium_detail;              // what was read, or why it was not
+  ApiRead endpoints_read = ApiRead::Failed;
+  std::vector<DnsEndpoint> dns_endpoints;  // the kube-dns Service's, when Ok
+  std::string endpoints_detail;
+};
+
+// Written by the agent's API client, read by the dns-path probe and the DNS tracer; nullopt
+// until the first read (and always without an API connection). Thread-safe.
+class ClusterDnsBoard {
+ public:
+  void publish(ClusterDnsFacts f);
+  std::optional<ClusterDnsFacts> facts() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::optional<ClusterDnsFacts> facts_;
+};
+std::shared_ptr<ClusterDnsBoard> processClusterDns();
+
 struct DnsPathInputs {
   std::optional<DnsPathSummary> tracer;  // nullopt: tracer not running
   CiliumSocketLb cilium;
   std::string cilium_error;   // configured file unreadable or malformed
+  std::string cilium_note;    // how the Cilium settings were found (or that there is no Cilium)
+  bool cilium_forbidden = false;  // the API refused to show cilium-config (RBAC)
   std::size_t launchers = 0;  // virt-launcher processes seen on the host
   bool launchers_readable = true;
 };
@@ -103,14 +138,17 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in);
 
 class DnsPathProbe final : public Probe {
  public:
-  explicit DnsPathProbe(std::shared_ptr<const DnsVerdictSource> source)
-      : source_(std::move(source)) {}
+  // cluster: Cilium settings from the API; the file in checks.dns-path.cilium_config_file wins.
+  explicit DnsPathProbe(std::shared_ptr<const DnsVerdictSource> source,
+                        std::shared_ptr<const ClusterDnsBoard> cluster = processClusterDns())
+      : source_(std::move(source)), cluster_(std::move(cluster)) {}
   std::string_view name() const override { return "dns-path"; }
   std::uint32_t triggers() const override { return kTriggerTimer | kTriggerDns; }
   CheckResult run(const ProbeContext& ctx) override;
 
  private:
   std::shared_ptr<const DnsVerdictSource> source_;
+  std::shared_ptr<const ClusterDnsBoard> cluster_;
 };
 
 }  // namespace nodegate

@@ -4,6 +4,7 @@
 #include <linux/fs.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -96,7 +97,9 @@ std::vector<std::string> subdirs(const std::string& dir, std::size_t* budget) {
   return out;
 }
 
-const LvmLv* backingLv(const LvmReport& rep, const LocalPv& pv, const std::string& vg) {
+const LvmLv* backingLv(const LvmReport& rep, const LocalPv& pv, const std::string& managed_vg) {
+  // The driver's own VG (lvm-localpv names it) beats the configured one.
+  const std::string& vg = pv.volume_group.empty() ? managed_vg : pv.volume_group;
   const LvmLv* found = nullptr;
   for (const auto& lv : rep.lvs) {
     if (lv.hidden() || (!vg.empty() && lv.vg != vg)) continue;
@@ -115,6 +118,24 @@ bool lvmDriver(std::string_view driver) {
 
 MetricSample gauge(const char* name, const char* help, const std::string& pv, double v) {
   return MetricSample{name, help, {{"pv", pv}}, v};
+}
+
+// "PV pvc-1 (claim vms/disk-a, VM vms/alice)": who to ask before touching the volume.
+std::string pvLabel(const LocalPv& pv) {
+  std::string who;
+  if (!pv.claim.empty()) who = "claim " + pv.claim;
+  if (!pv.vm.empty())
+    who += (who.empty() ? "" : ", ") + ("VM " + pv.vm);
+  else if (!pv.owner.empty())
+    who += (who.empty() ? "" : ", ") + pv.owner;
+  return "PV " + pv.name + (who.empty() ? "" : " (" + who + ")");
+}
+
+std::string firstNames(const std::vector<std::string>& names, std::size_t n) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size() && i < n; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > n) out += ", ...";
+  return out;
 }
 
 }  // namespace
@@ -147,7 +168,7 @@ std::vector<MountEntry> parseMountInfo(std::string_view text) {
   return out;
 }
 
-Result<std::vector<LocalPv>> KubeletDirPvSource::list(const HostRoot& host, const Config& cfg) {
+Result<PvListing> KubeletDirPvSource::list(const HostRoot& host, const Config& cfg) {
   const std::string kubelet = cfg.text("local-pv", "kubelet_dir", "/var/lib/kubelet");
   const std::string pods_host = kubelet + "/pods";
   std::error_code ec;
@@ -187,7 +208,41 @@ Result<std::vector<LocalPv>> KubeletDirPvSource::list(const HostRoot& host, cons
       out.push_back(std::move(pv));
     }
   }
-  return out;
+  std::string detail = std::to_string(out.size()) + " volumes of pods in " + host.root(kubelet);
+  return PvListing{std::move(out), std::move(detail)};
+}
+
+std::vector<LocalPv> mergePvViews(std::vector<LocalPv> kubelet, const std::vector<LocalPv>& api) {
+  std::map<std::string, const LocalPv*> by_name;
+  for (const auto& pv : api) by_name.emplace(pv.name, &pv);
+  std::set<std::string> joined;
+  for (auto& pv : kubelet) {
+    auto it = by_name.find(pv.name);
+    if (it == by_name.end()) continue;
+    const LocalPv& a = *it->second;
+    joined.insert(pv.name);
+    pv.from_api = true;
+    pv.phase = a.phase;
+    pv.reclaim = a.reclaim;
+    pv.claim = a.claim;
+    pv.claim_phase = a.claim_phase;
+    pv.vm = a.vm;
+    pv.owner = a.owner;
+    pv.local_path = a.local_path;
+    pv.volume_group = a.volume_group;
+    if (pv.driver.empty()) pv.driver = a.driver;
+    if (pv.volume_handle.empty()) pv.volume_handle = a.volume_handle;
+  }
+  for (const auto& a : api) {
+    if (joined.count(a.name)) continue;
+    LocalPv pv = a;
+    pv.attached = false;
+    pv.from_api = true;
+    pv.path.clear();
+    pv.device.clear();
+    kubelet.push_back(std::move(pv));
+  }
+  return kubelet;
 }
 
 FsUsage fsUsageOf(const struct statvfs& st) {
@@ -215,11 +270,22 @@ LocalPvPolicy localPvPolicy(const Config& cfg) {
 }
 
 CheckResult evaluateLocalPv(const std::vector<PvObservation>& pvs, const LvmFetch* lvm,
-                            const LocalPvPolicy& policy, std::string_view source) {
+                            const LocalPvPolicy& policy, const PvDiscovery& discovery) {
   std::vector<StorageFinding> findings;
-  std::vector<Evidence> evidence;
+  std::vector<Evidence> evidence = discovery.evidence;
   std::vector<MetricSample> metrics;
-  evidence.push_back({"pv discovery", std::string(source)});
+  if (discovery.api == ApiDiscovery::Failed) {
+    const bool denied = discovery.api_error.code == EACCES;
+    // The kubelet's view is still judged below; only what needs the API is unknown.
+    findings.push_back(
+        {Status::Unknown, denied ? "VolumeDiscoveryForbidden" : "VolumeDiscoveryFailed",
+         discovery.api_error.message +
+             "; volumes of stopped VMs, orphans and missing backing volumes are not checked",
+         denied ? "grant the agent list on persistentvolumes and get on persistentvolumeclaims "
+                  "(chart: config.checks.local-pv.api_discovery=true renders the rules), or "
+                  "set checks.local-pv.api_discovery to false"
+                : "check the API server and the agent's network path to it"});
+  }
   const LvmReport* rep = lvm && lvm->failure == LvmRunFailure::None ? &lvm->report : nullptr;
   if (!rep && lvm)
     evidence.push_back({"lvm report", "unavailable (" + lvm->error +
@@ -227,11 +293,13 @@ CheckResult evaluateLocalPv(const std::vector<PvObservation>& pvs, const LvmFetc
                                           "permissions and orphans not checked"});
 
   std::set<std::string> seen, referenced, pools, vgs;
-  std::size_t series = 0;
+  std::vector<std::string> released;
+  std::size_t series = 0, unattached = 0;
   for (const auto& o : pvs) {
     const LocalPv& pv = o.pv;
     if (!seen.insert(pv.name).second) continue;  // one PV used by several pods: once
-    if (!o.path_exists) continue;                // the pod went away between listing and looking
+    // An attached path that vanished: the pod went away between listing and looking.
+    if (pv.attached && !o.path_exists) continue;
     const LvmLv* lv = rep ? backingLv(*rep, pv, policy.volume_group) : nullptr;
     if (lv) {
       referenced.insert(lv->vg + "/" + lv->name);
@@ -241,6 +309,21 @@ CheckResult evaluateLocalPv(const std::vector<PvObservation>& pvs, const LvmFetc
     std::string what = pv.block ? "block" : "filesystem";
     if (lv) what += ", LV " + lv->full_name + " " + lv->attr_text;
     if (!pv.driver.empty()) what += ", driver " + pv.driver;
+    if (pv.from_api) {
+      what += ", " + (pv.phase.empty() ? std::string("phase unknown") : pv.phase);
+      if (!pv.claim.empty())
+        what += ", claim " + pv.claim + (pv.claim_phase.empty() ? "" : " " + pv.claim_phase);
+      if (!pv.vm.empty())
+        what += ", VM " + pv.vm;
+      else if (!pv.owner.empty())
+        what += ", " + pv.owner;
+    }
+    if (!pv.attached) {
+      ++unattached;
+      // Bound to a claim but used by no pod here: a stopped VM's disk, not an orphan.
+      what += ", not in use by a pod on this node";
+    }
+    if (pv.phase == "Released") released.push_back(pv.name);
 
     // Read-only, from every place that can say so.
     std::vector<std::string> ro_why;
@@ -257,7 +340,7 @@ CheckResult evaluateLocalPv(const std::vector<PvObservation>& pvs, const LvmFetc
       std::string why;
       for (const auto& w : ro_why) why += (why.empty() ? "" : ", ") + w;
       findings.push_back(
-          {Status::Fail, "VolumeReadOnly", "PV " + pv.name + " is read-only: " + why,
+          {Status::Fail, "VolumeReadOnly", pvLabel(pv) + " is read-only: " + why,
            "a VM on it cannot write its disk. If it was restored from a VolumeSnapshot, make the "
            "LV writable (lvchange -p rw VG/LV); if the filesystem went read-only after errors, "
            "fsck it; then restart the VM"});
@@ -265,7 +348,15 @@ CheckResult evaluateLocalPv(const std::vector<PvObservation>& pvs, const LvmFetc
 
     // Usage.
     std::optional<std::uint64_t> used, capacity;
-    if (!pv.block) {
+    if (!pv.attached && !pv.local_path.empty() && !o.path_exists)
+      findings.push_back(
+          {Status::Fail, "VolumeBackingMissing",
+           pvLabel(pv) + ": local path " + pv.local_path + " does not exist on this node",
+           "the disk or directory behind the local PV is gone: restore it, or "
+           "delete the PV if its data is lost"});
+    if (!pv.attached) {
+      // No pod path: only the LV can tell usage (below, for block volumes).
+    } else if (!pv.block) {
       if (!o.mount && o.error.empty())
         findings.push_back({Status::Warn, "VolumeNotMounted",
                             "PV " + pv.name + " is not mounted at " + pv.path,
@@ -285,10 +376,12 @@ CheckResult evaluateLocalPv(const std::vector<PvObservation>& pvs, const LvmFetc
         }
       }
     } else if (pv.device.empty()) {
+      // Attached block volume whose device link dangles.
       findings.push_back({Status::Fail, "VolumeBackingMissing",
                           "PV " + pv.name + " block device " + pv.path + " is missing",
                           "the pod's device link dangles: check the CSI node plugin and the LV"});
-    } else if (lv && lv->size) {
+    }
+    if (pv.block && lv && lv->size && (!pv.attached || !pv.device.empty())) {
       capacity = *lv->size;
       // Neither kubelet nor the CSI drivers know a block volume's use; a thin LV's data
       // percent is the only honest figure. A thick LV is fully allocated by construction.
@@ -306,13 +399,16 @@ CheckResult evaluateLocalPv(const std::vector<PvObservation>& pvs, const LvmFetc
                                        "or free space inside the guest"
                                      : "delete data on the volume or expand the PVC"});
     }
-    if (rep && !lv && !policy.volume_group.empty() && lvmDriver(pv.driver))
-      findings.push_back({Status::Fail, "VolumeBackingMissing",
-                          "PV " + pv.name + ": backing LV " +
-                              (pv.volume_handle.empty() ? pv.name : pv.volume_handle) +
-                              " is not in volume group " + policy.volume_group,
-                          "the LV was removed or never created here: check the CSI driver's "
-                          "LogicalVolume/LVMVolume resource and the PV's node affinity"});
+    // The API's node affinity says the LV must be here, so it needs no configured VG to be
+    // missed; for kubelet-only volumes a configured VG says where to look.
+    const std::string lv_vg = pv.volume_group.empty() ? policy.volume_group : pv.volume_group;
+    if (rep && !lv && lvmDriver(pv.driver) && (pv.from_api || !lv_vg.empty()))
+      findings.push_back(
+          {Status::Fail, "VolumeBackingMissing",
+           pvLabel(pv) + ": backing LV " + (pv.volume_handle.empty() ? pv.name : pv.volume_handle) +
+               (lv_vg.empty() ? " is not on this node" : " is not in volume group " + lv_vg),
+           "the LV was removed or never created here: check the CSI driver's "
+           "LogicalVolume/LVMVolume resource and the PV's node affinity"});
     if (!o.error.empty()) what += ", " + o.error;
     evidence.push_back({"PV " + pv.name, what});
 
@@ -345,7 +441,7 @@ CheckResult evaluateLocalPv(const std::vector<PvObservation>& pvs, const LvmFetc
     for (const auto& lv : rep->lvs)
       if (lv.attr.isThinPool() && pools.count(lv.vg + "/" + lv.name))
         thinPoolFindings(lv, policy.lvm, &findings);
-    if (!policy.volume_group.empty()) {
+    if (!policy.volume_group.empty() && discovery.api != ApiDiscovery::Pending) {
       std::vector<std::string> orphans;
       std::size_t snapshots = 0;
       for (const auto& lv : rep->lvs) {
@@ -359,24 +455,42 @@ CheckResult evaluateLocalPv(const std::vector<PvObservation>& pvs, const LvmFetc
         }
         orphans.push_back(lv.name);
       }
-      if (!orphans.empty()) {
-        std::string names;
-        for (std::size_t i = 0; i < orphans.size() && i < 5; ++i)
-          names += (i ? ", " : "") + orphans[i];
-        if (orphans.size() > 5) names += ", ...";
-        // WARN, not FAIL: a leftover LV wastes space but breaks nothing, and a stopped VM's
-        // disk is unreferenced too when discovery can only see running pods.
+      const bool confirmed = discovery.api == ApiDiscovery::Ok;
+      if (!orphans.empty() && confirmed) {
+        // WARN, not FAIL: a leftover LV holds space (in a thin pool, space the VMs need), but
+        // no VM depends on it and nothing is broken; closing the gate over it would be wrong.
         findings.push_back({Status::Warn, "OrphanedVolumes",
                             std::to_string(orphans.size()) + " LVs in " + policy.volume_group +
-                                " are not used by any PV on this node (" + names + ")",
-                            "check each against its PV (kubectl get pv -o wide); delete LVs left "
-                            "behind by Retain PVs with lvremove once their data is not needed"});
+                                " have no PersistentVolume in the cluster (" +
+                                firstNames(orphans, 5) + ")",
+                            "usually left behind by a Retain PV that was deleted: copy out what "
+                            "is still needed, then lvremove them"});
+      } else if (!orphans.empty()) {
+        // Without the API the kubelet only sees running pods: a stopped VM's disk looks the
+        // same as a leftover, so this is a weaker reason of its own.
+        findings.push_back({Status::Warn, "UnattachedVolumes",
+                            std::to_string(orphans.size()) + " LVs in " + policy.volume_group +
+                                " are used by no pod on this node (" + firstNames(orphans, 5) +
+                                "); without API discovery a stopped VM's disk looks the same",
+                            "check each against its PV (kubectl get pv -o wide), or enable "
+                            "checks.local-pv.api_discovery so orphans are told apart"});
       }
-      evidence.push_back({"volume group " + policy.volume_group,
-                          std::to_string(orphans.size()) + " unreferenced LVs, " +
-                              std::to_string(snapshots) + " snapshots skipped"});
+      evidence.push_back(
+          {"volume group " + policy.volume_group,
+           std::to_string(orphans.size()) +
+               (confirmed ? " LVs without a PersistentVolume, " : " LVs used by no pod here, ") +
+               std::to_string(snapshots) + " snapshots skipped"});
     }
   }
+
+  if (!released.empty())
+    evidence.push_back({"released PVs", std::to_string(released.size()) +
+                                            " PVs whose claim was deleted keep their data here (" +
+                                            firstNames(released, 5) + ")"});
+  if (unattached > 0)
+    evidence.push_back({"not in use", std::to_string(unattached) +
+                                          " PVs pinned here are used by no pod on this node "
+                                          "(stopped VMs keep their disks)"});
 
   CheckResult r;
   if (seen.empty() && findings.empty()) {
@@ -394,7 +508,34 @@ CheckResult evaluateLocalPv(const std::vector<PvObservation>& pvs, const LvmFetc
 
 CheckResult LocalPvProbe::run(const ProbeContext& ctx) {
   const auto policy = localPvPolicy(ctx.config);
+  PvDiscovery disc;
+  std::vector<LocalPv> api_pvs;
+  if (api_) {
+    auto api = api_->list(ctx.host, ctx.config);
+    const std::string what = "pv discovery " + std::string(api_->name());
+    if (api) {
+      disc.api = ApiDiscovery::Ok;
+      disc.evidence.push_back({what, api->detail});
+      api_pvs = std::move(api->pvs);
+    } else if (api.error().code == EAGAIN) {
+      disc.api = ApiDiscovery::Pending;
+      disc.evidence.push_back({what, api.error().message + "; orphans are judged after it"});
+    } else {
+      disc.api = ApiDiscovery::Failed;
+      disc.api_error = api.error();
+      disc.evidence.push_back({what, api.error().message});
+    }
+  }
   auto listed = source_->list(ctx.host, ctx.config);
+  if (!listed && (disc.api == ApiDiscovery::Ok || disc.api == ApiDiscovery::Failed)) {
+    // The API still says what is pinned here (or why it cannot): only what pods use is unknown.
+    disc.evidence.push_back(
+        {"pv discovery " + std::string(source_->name()), listed.error().message});
+    listed = PvListing{};
+  } else if (listed) {
+    disc.evidence.insert(disc.evidence.begin(),
+                         {"pv discovery " + std::string(source_->name()), listed->detail});
+  }
   if (!listed) {
     if (listed.error().code == ENOENT && policy.volume_group.empty()) {
       auto r = makeResult(kCheck, Status::Pass, "NoLocalVolumes",
@@ -417,11 +558,18 @@ CheckResult LocalPvProbe::run(const ProbeContext& ctx) {
   }
 
   std::vector<PvObservation> obs;
-  for (auto& pv : *listed) {
+  for (auto& pv : mergePvViews(std::move(listed->pvs), api_pvs)) {
     PvObservation o;
     o.pv = std::move(pv);
-    const std::string local = ctx.host.root(o.pv.path);
     std::error_code ec;
+    if (!o.pv.attached) {
+      // No pod path to look at; a local volume's own path must still be there.
+      if (!o.pv.local_path.empty())
+        o.path_exists = fs::exists(fs::symlink_status(ctx.host.root(o.pv.local_path), ec));
+      obs.push_back(std::move(o));
+      continue;
+    }
+    const std::string local = ctx.host.root(o.pv.path);
     o.path_exists = fs::exists(fs::symlink_status(local, ec));
     if (!o.pv.block) {
       if (!mi) {
@@ -460,12 +608,10 @@ CheckResult LocalPvProbe::run(const ProbeContext& ctx) {
   if (ctx.config.flag("local-pv", "use_lvm", true)) {
     const auto max_age = std::chrono::milliseconds(
         static_cast<long long>(ctx.config.number("local-pv", "lvm_max_age_seconds", 30) * 1000));
-    lvm = lvm_->get(ctx.config, max_age);
+    lvm = lvm_->get(ctx.host, ctx.config, max_age);
   }
   auto r = evaluateLocalPv(
-      obs, lvm && lvm->failure != LvmRunFailure::NotFound ? lvm.get() : nullptr, policy,
-      std::string(source_->name()) + " " +
-          ctx.host.root(ctx.config.text("local-pv", "kubelet_dir", "/var/lib/kubelet")));
+      obs, lvm && lvm->failure != LvmRunFailure::NotFound ? lvm.get() : nullptr, policy, disc);
   if (!mi) r.evidence.push_back({"mountinfo", mi.error().message});
   return r;
 }

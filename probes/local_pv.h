@@ -2,14 +2,16 @@
 // come up read-only (the seed incident: a VolumeSnapshot restored into a PV that came up
 // read-only and QEMU reported a read-only root filesystem), and is anything orphaned?
 //
-// Discovery goes through PvSource. Implemented: the kubelet directory on the host, which sees
-// the volumes of pods running here. Not implemented yet: discovery from the API server (PVs whose
-// node affinity selects this node, with claim and VMI); it belongs beside the kube client and
-// plugs in as another PvSource.
+// Discovery goes through PvSource. The kubelet directory on the host sees the volumes of pods
+// running here; the agent adds a second source when it has an API connection
+// (agent/kube/pv_source.h): every PersistentVolume whose node affinity pins it to this node, with
+// its claim and the VM that owns the claim, so a stopped VM's disk is known and an LV that no PV
+// references is an orphan for certain. mergePvViews() joins the two.
 #pragma once
 
 #include <sys/statvfs.h>
 
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,15 +44,41 @@ struct LocalPv {
   bool block = false;
   std::string path;    // filesystem: the pod's mount dir; block: the pod's device symlink
   std::string device;  // block: the symlink's target (host path), "" if dangling or unreadable
+
+  // From the API (the PersistentVolume and its claim); empty with kubelet-only discovery.
+  bool attached = true;      // a pod on this node uses it (the kubelet dir lists it)
+  bool from_api = false;     // the API lists it as pinned to this node by its node affinity
+  std::string phase;         // PV status.phase: Bound, Released, Available, Pending, Failed
+  std::string reclaim;       // spec.persistentVolumeReclaimPolicy
+  std::string claim;         // "namespace/name" from spec.claimRef
+  std::string claim_phase;   // the PVC's status.phase; "Missing" when the claim is gone
+  std::string vm;            // "namespace/name" of the KubeVirt VirtualMachine owning the claim
+  std::string owner;         // the claim's owner when no VM is known ("DataVolume ns/name")
+  std::string local_path;    // kubernetes.io/local volumes: spec.local.path, a host path
+  std::string volume_group;  // the VG the driver names (lvm-localpv's openebs.io/volgroup)
 };
 
-// Where the list of PVs comes from.
+// What a source found, and a line about how it found it for the result's evidence.
+struct PvListing {
+  std::vector<LocalPv> pvs;
+  std::string detail;
+};
+
+// Where the list of PVs comes from. Errors keep an errno-style code: EACCES means the source is
+// not allowed to look (RBAC), EAGAIN that it has no answer yet, ENOENT that there is nothing
+// to look at.
 class PvSource {
  public:
   virtual ~PvSource() = default;
   virtual std::string_view name() const = 0;
-  virtual Result<std::vector<LocalPv>> list(const HostRoot& host, const Config& cfg) = 0;
+  virtual Result<PvListing> list(const HostRoot& host, const Config& cfg) = 0;
 };
+
+// The kubelet's view (what pods here use) joined with the API's (what is pinned here): a PV in
+// both keeps the kubelet's paths and gains the API's claim and VM; a PV only the API knows is
+// added with attached = false; a PV only the kubelet knows (not local, or listed before the
+// API saw it) stays as it is.
+std::vector<LocalPv> mergePvViews(std::vector<LocalPv> kubelet, const std::vector<LocalPv>& api);
 
 // <kubelet>/pods/*/volumes/kubernetes.io~csi/*/mount (filesystem) and
 // <kubelet>/pods/*/volumeDevices/kubernetes.io~csi/* (block), with each volume's vol_data.json.
@@ -58,7 +86,7 @@ class PvSource {
 class KubeletDirPvSource final : public PvSource {
  public:
   std::string_view name() const override { return "kubelet-dir"; }
-  Result<std::vector<LocalPv>> list(const HostRoot& host, const Config& cfg) override;
+  Result<PvListing> list(const HostRoot& host, const Config& cfg) override;
 };
 
 struct FsUsage {
@@ -70,7 +98,7 @@ FsUsage fsUsageOf(const struct statvfs& st);
 // What the collector saw about one PV; the evaluator decides from this alone.
 struct PvObservation {
   LocalPv pv;
-  bool path_exists = true;
+  bool path_exists = true;  // attached: the pod's path; API-only local volume: spec.local.path
   std::optional<MountEntry> mount;      // filesystem: the mount at pv.path, if mounted
   std::optional<FsUsage> usage;         // filesystem: statvfs
   std::optional<bool> block_read_only;  // block: BLKROGET
@@ -86,15 +114,34 @@ struct LocalPvPolicy {
 };
 LocalPvPolicy localPvPolicy(const Config& cfg);
 
+// How the PVs were found. api_state tells what the orphan verdict may rely on.
+enum class ApiDiscovery {
+  Off,      // no API source: kubelet view only
+  Pending,  // the first list has not finished: orphans are not judged yet
+  Ok,       // the API's PVs were merged: an LV no PV references is an orphan
+  Failed,   // listing failed (api_error says why): UNKNOWN for the discovery part
+};
+struct PvDiscovery {
+  std::vector<Evidence> evidence;  // one line per source
+  ApiDiscovery api = ApiDiscovery::Off;
+  Error api_error{0, ""};
+};
+
 // Pure evaluation. lvm may be null (lvm not run); a failed fetch leaves block usage unknown.
 CheckResult evaluateLocalPv(const std::vector<PvObservation>& pvs, const LvmFetch* lvm,
-                            const LocalPvPolicy& policy, std::string_view source);
+                            const LocalPvPolicy& policy, const PvDiscovery& discovery);
 
 class LocalPvProbe final : public Probe {
  public:
+  // api: the agent's API source (null without an API connection or with
+  // checks.local-pv.api_discovery off).
   LocalPvProbe(std::shared_ptr<LvmReportSource> lvm, std::shared_ptr<DeviceIo> device,
-               std::unique_ptr<PvSource> source = std::make_unique<KubeletDirPvSource>())
-      : lvm_(std::move(lvm)), device_(std::move(device)), source_(std::move(source)) {}
+               std::unique_ptr<PvSource> source = std::make_unique<KubeletDirPvSource>(),
+               std::shared_ptr<PvSource> api = nullptr)
+      : lvm_(std::move(lvm)),
+        device_(std::move(device)),
+        source_(std::move(source)),
+        api_(std::move(api)) {}
   std::string_view name() const override { return "local-pv"; }
   std::uint32_t triggers() const override {
     return kTriggerTimer | kTriggerUdevBlock | kTriggerMounts;
@@ -105,6 +152,7 @@ class LocalPvProbe final : public Probe {
   std::shared_ptr<LvmReportSource> lvm_;
   std::shared_ptr<DeviceIo> device_;
   std::unique_ptr<PvSource> source_;
+  std::shared_ptr<PvSource> api_;
 };
 
 }  // namespace nodegate

@@ -188,7 +188,10 @@ void thinPoolFindings(const LvmLv& pool, const LvmPolicy& policy,
 CheckResult evaluateLvm(const LvmFetch& fetch, const LvmPolicy& policy) {
   const bool managed = !policy.volume_group.empty();
   auto withCommand = [&](CheckResult r) {
-    r.evidence.insert(r.evidence.begin(), {"lvm command", fetch.command});
+    const std::string command = fetch.lvm_skipped ? fetch.command + " (not run)" : fetch.command;
+    r.evidence.insert(r.evidence.begin(), {"lvm command", command});
+    if (!fetch.label_scan.empty())
+      r.evidence.insert(r.evidence.begin() + 1, {"lvm label scan", fetch.label_scan});
     for (const auto& w : fetch.report.warnings) r.evidence.push_back({"lvm warning", w});
     return r;
   };
@@ -227,7 +230,7 @@ CheckResult evaluateLvm(const LvmFetch& fetch, const LvmPolicy& policy) {
   CheckResult metrics_holder;
   auto& metrics = metrics_holder.metrics;
   std::vector<Evidence> evidence;
-  evidence.push_back({"lvm report format", rep.format});
+  if (!fetch.lvm_skipped) evidence.push_back({"lvm report format", rep.format});
 
   bool managed_seen = false;
   for (const auto& vg : rep.vgs) {
@@ -334,7 +337,9 @@ CheckResult evaluateLvm(const LvmFetch& fetch, const LvmPolicy& policy) {
   CheckResult r;
   if (rep.vgs.empty() && !managed) {
     r = makeResult(kCheck, Status::Pass, "NoVolumeGroups",
-                   "lvm is installed but this host has no volume groups");
+                   fetch.lvm_skipped ? "no block device lvm could read carries an LVM2 label: "
+                                       "this host has no volume groups"
+                                     : "lvm is installed but this host has no volume groups");
   } else {
     r = combineFindings(kCheck, findings, "VolumeGroupsHealthy",
                         std::to_string(rep.vgs.size()) + " volume groups complete, " +
@@ -346,8 +351,9 @@ CheckResult evaluateLvm(const LvmFetch& fetch, const LvmPolicy& policy) {
 }
 
 CheckResult LvmProbe::run(const ProbeContext& ctx) {
-  // max_age 0: the lvm probe always runs lvm; local-pv reuses this run.
-  auto fetch = source_->get(ctx.config, std::chrono::milliseconds(0));
+  // max_age 0: the lvm probe always looks afresh (label scan, then lvm when needed); local-pv
+  // reuses this look.
+  auto fetch = source_->get(ctx.host, ctx.config, std::chrono::milliseconds(0));
   return evaluateLvm(*fetch, lvmPolicy(ctx.config));
 }
 

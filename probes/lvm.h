@@ -1,5 +1,7 @@
 // lvm: are the node's volume groups complete, are its thin pools below their data and metadata
-// thresholds, and is every LV healthy? One `lvm fullreport` per cycle through the Exec seam.
+// thresholds, and is every LV healthy? One `lvm fullreport` per cycle through the Exec seam,
+// skipped on a host where no block device carries an LVM2 label (PASS/NoVolumeGroups at once;
+// LvmReportSource says when the skip is allowed).
 //
 // No lvm on the host at all is a value, not an error: PASS/NoLocalLvm (a node without local LVM
 // has no local LVM storage to be unhealthy), unless the config names a managed volume group

@@ -1,12 +1,16 @@
 #include "lvm_report.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
 
+#include "lvm_label.h"
 #include "text.h"
 
 namespace nodegate {
@@ -508,8 +512,49 @@ std::vector<std::string> lvmFullreportArgs(std::vector<std::string> argv) {
   return argv;
 }
 
+namespace {
+
+// Whether execvp would find prog: a name with a '/' as it is, else in one of $PATH's entries.
+bool programInstalled(const std::string& prog) {
+  if (prog.find('/') != std::string::npos) return ::access(prog.c_str(), X_OK) == 0;
+  const char* env = std::getenv("PATH");
+  std::string_view dirs = env && *env ? env : "/bin:/usr/bin";  // execvp's default
+  for (;;) {
+    const auto colon = dirs.find(':');
+    std::string dir(dirs.substr(0, colon));
+    if (::access(((dir.empty() ? "." : dir) + "/" + prog).c_str(), X_OK) == 0) return true;
+    if (colon == std::string_view::npos) return false;
+    dirs.remove_prefix(colon + 1);
+  }
+}
+
+std::string describeScan(const LvmLabelScan& scan) {
+  std::string out = std::to_string(scan.scanned) + " block devices read";
+  if (scan.empty > 0) out += " (" + std::to_string(scan.empty) + " of size 0 skipped)";
+  if (!scan.denied.empty()) {
+    out += "; open refused (EPERM, the device cgroup) for";
+    for (const auto& d : scan.denied) out += " " + d;
+    out += ", as it is for an lvm started from here";
+  }
+  if (!scan.error.empty()) return out + "; then stopped: " + scan.error + "; lvm decides";
+  if (!scan.labelled.empty()) return out + "; " + scan.labelled.front() + " carries an LVM2 label";
+  return out + "; none carries an LVM2 label";
+}
+
+}  // namespace
+
 std::shared_ptr<const LvmFetch> LvmReportSource::get(const Config& cfg,
                                                      std::chrono::milliseconds max_age) {
+  return load(nullptr, cfg, max_age);
+}
+
+std::shared_ptr<const LvmFetch> LvmReportSource::get(const HostRoot& host, const Config& cfg,
+                                                     std::chrono::milliseconds max_age) {
+  return load(&host, cfg, max_age);
+}
+
+std::shared_ptr<const LvmFetch> LvmReportSource::load(const HostRoot* host, const Config& cfg,
+                                                      std::chrono::milliseconds max_age) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = std::chrono::steady_clock::now();
   const std::string command = cfg.text("lvm", "command", "lvm");
@@ -528,6 +573,17 @@ std::shared_ptr<const LvmFetch> LvmReportSource::get(const Config& cfg,
     fetch->failure = LvmRunFailure::Failed;
     fetch->error = argv ? "failed to run lvm: the lvm command is empty" : argv.error().message;
     return done();
+  }
+  // A managed VG or a missing lvm changes what the probe says about an LVM-less host
+  // (VolumeGroupMissing, NoLocalLvm), so only the plain case may skip lvm.
+  if (host && device_ && cfg.text("lvm", "volume_group", "").empty() &&
+      programInstalled(argv->front())) {
+    const LvmLabelScan scan = scanLvmLabels(*host, *device_);
+    fetch->label_scan = describeScan(scan);
+    if (scan.noLabels()) {
+      fetch->lvm_skipped = true;
+      return done();
+    }
   }
   const auto timeout = std::chrono::milliseconds(
       static_cast<long long>(std::max(0.1, cfg.number("lvm", "timeout_seconds", 10)) * 1000));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nodegate/config.h"
+#include "nodegate/host_root.h"
 #include "nodegate/result.h"
 #include "nodegate/seams.h"
 
@@ -136,19 +137,35 @@ struct LvmFetch {
   std::string command;
   LvmReport report;
   std::chrono::steady_clock::time_point at;
+  // lvm was not run: no block device carries an LVM2 label, so the (empty) report is certain.
+  bool lvm_skipped = false;
+  std::string label_scan;  // what the label scan saw, for evidence; empty when none was made
 };
 
 // Runs lvm through the Exec seam and caches the parsed report, so the local-pv probe reuses the
 // lvm probe's run of the same cycle instead of running lvm a second time.
+//
+// With a DeviceIo, get(host, ...) first scans the host's block devices for LVM2 labels
+// (lvm_label.h) and answers "no volume groups" without running lvm when none carries one. It
+// runs lvm as before whenever that is not certain: a device it cannot read, a managed volume
+// group configured (checks.lvm.volume_group), or a command whose program is not installed (so
+// that "lvm is not installed" stays what the probe reports).
 class LvmReportSource {
  public:
-  explicit LvmReportSource(std::shared_ptr<Exec> exec) : exec_(std::move(exec)) {}
+  explicit LvmReportSource(std::shared_ptr<Exec> exec, std::shared_ptr<DeviceIo> device = nullptr)
+      : exec_(std::move(exec)), device_(std::move(device)) {}
 
   // A report no older than max_age, running lvm when the cached one is older (0: always run).
   std::shared_ptr<const LvmFetch> get(const Config& cfg, std::chrono::milliseconds max_age);
+  // The same, allowed to skip lvm on a host without any LVM2 label (see above).
+  std::shared_ptr<const LvmFetch> get(const HostRoot& host, const Config& cfg,
+                                      std::chrono::milliseconds max_age);
 
  private:
+  std::shared_ptr<const LvmFetch> load(const HostRoot* host, const Config& cfg,
+                                       std::chrono::milliseconds max_age);
   std::shared_ptr<Exec> exec_;
+  std::shared_ptr<DeviceIo> device_;
   std::mutex mu_;
   std::shared_ptr<const LvmFetch> last_;
 };

@@ -214,11 +214,17 @@ CheckResult NodeServicesProbe::run(const ProbeContext& ctx) {
   if (!dbus_)
     return makeResult(kName, Status::Unknown, "NoDBus", "no D-Bus seam configured",
                       "run nodegate with its production seams");
-  const std::string key = address + "|" + std::to_string(timeout.count());
-  if (!client_ || client_key_ != key) {
-    client_ = dbus_->client(address, timeout);
-    client_key_ = key;
-    history_.clear();
+  // No socket, no bus: every unit is unreadable for that one reason, known without a client.
+  std::optional<std::string> bus_down;  // set after a bus-level error: skip further calls
+  if (auto absent = busSocketMissing(address)) {
+    bus_down = absent->message;
+  } else {
+    const std::string key = address + "|" + std::to_string(timeout.count());
+    if (!client_ || client_key_ != key) {
+      client_ = dbus_->client(address, timeout);
+      client_key_ = key;
+      history_.clear();
+    }
   }
 
   NodeServicesPolicy policy;
@@ -228,7 +234,6 @@ CheckResult NodeServicesProbe::run(const ProbeContext& ctx) {
       static_cast<long>(std::max(1.0, ctx.config.number(kName, "restart_window_seconds", 3600))));
 
   std::vector<UnitReport> reports;
-  std::optional<std::string> bus_down;  // set after a bus-level error: skip further calls
   auto read = [&](const std::string& unit) {
     if (bus_down) {
       UnitReport rep;

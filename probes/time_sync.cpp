@@ -1,8 +1,10 @@
 #include "time_sync.h"
 
+#include <sys/stat.h>
 #include <sys/timex.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 
@@ -101,6 +103,40 @@ std::string probeBusAddress(const HostRoot& host, const Config& cfg, std::string
     }
   }
   return out;
+}
+
+std::optional<std::string> busSocketPath(std::string_view address) {
+  constexpr std::string_view kPrefix = "unix:path=";
+  if (address.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  std::string_view rest = address.substr(kPrefix.size());
+  // More keys (",guid=") or fallback addresses (";") are left to the connection attempt.
+  if (rest.empty() || rest.find_first_of(",;") != std::string_view::npos) return std::nullopt;
+  std::string path;
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    if (rest[i] != '%') {
+      path += rest[i];
+      continue;
+    }
+    auto hex = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    if (i + 2 >= rest.size() || hex(rest[i + 1]) < 0 || hex(rest[i + 2]) < 0) return std::nullopt;
+    path += static_cast<char>(hex(rest[i + 1]) * 16 + hex(rest[i + 2]));
+    i += 2;
+  }
+  return path;
+}
+
+std::optional<Error> busSocketMissing(const std::string& address) {
+  auto path = busSocketPath(address);
+  if (!path) return std::nullopt;
+  struct stat st {};
+  if (::stat(path->c_str(), &st) == 0 || (errno != ENOENT && errno != ENOTDIR)) return std::nullopt;
+  return Error{ENOTCONN, "failed to connect to " + address + ": " + *path +
+                             " does not exist (no bus runs there)"};
 }
 
 std::chrono::milliseconds probeBusTimeout(const Config& cfg, std::string_view probe) {
@@ -267,6 +303,8 @@ CheckResult TimeSyncProbe::run(const ProbeContext& ctx) {
 
   if (!dbus_) {
     in.timedate_error = "no D-Bus seam configured";
+  } else if (auto absent = busSocketMissing(address)) {
+    in.timedate_error = absent->message;
   } else {
     const std::string key = address + "|" + std::to_string(timeout.count());
     if (!client_ || client_key_ != key) {

@@ -31,6 +31,16 @@ std::string probeBusAddress(const HostRoot& host, const Config& cfg, std::string
 // Seconds from checks.<probe>.timeout_seconds (default 1), clamped to something sane.
 std::chrono::milliseconds probeBusTimeout(const Config& cfg, std::string_view probe);
 
+// The socket path of a plain "unix:path=..." address (%-escapes decoded); nullopt for any other
+// transport or form, which only a connection attempt can judge.
+std::optional<std::string> busSocketPath(std::string_view address);
+
+// An error (ENOTCONN, "failed to connect to <address>: ...") when the address names a unix socket
+// that does not exist: no bus can answer there, so a probe says so at once instead of starting a
+// D-Bus client whose connection attempt would only fail, log a warning and schedule retries.
+// A probe runs again on the next cycle, so the agent still connects once the bus appears.
+std::optional<Error> busSocketMissing(const std::string& address);
+
 struct TimedateInfo {
   bool ntp_synchronized = false;
   std::optional<bool> ntp;  // the NTP service is enabled

@@ -328,6 +328,7 @@ void Correlator::classifyUnanswered(QueryTrace& t) const {
       untranslated_evidence = true;
   }
   if (reached_host && !translated && beyond_host_traced_) untranslated_evidence = true;
+  if (server_addrs_.count(t.original_daddr)) untranslated_evidence = false;
   t.verdict = reached_host && !translated && untranslated_evidence
                   ? Verdict::ServiceTranslationMissing
                   : Verdict::Unanswered;

@@ -12,6 +12,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,9 @@ class Correlator {
   // Declares that a hop beyond the host veth (HostOut or Server) is traced for this VMI's path, so
   // "never seen translated" is evidence and not just absence of observation.
   void setBeyondHostTraced(bool traced) { beyond_host_traced_ = traced; }
+  // The DNS servers' own addresses (CoreDNS endpoints from the API): a query sent straight to
+  // one needs no service translation, so losing it is never "translation missing".
+  void setServerAddresses(std::set<std::string> addrs) { server_addrs_ = std::move(addrs); }
 
  private:
   // The VMI is not part of the index key: hops shared by every VM (the DNS server's side, kernel
@@ -140,6 +144,7 @@ class Correlator {
   CorrelatorLimits limits_;
   CorrelatorStats stats_;
   bool beyond_host_traced_ = false;
+  std::set<std::string> server_addrs_;
   std::uint64_t next_seq_ = 1;
   std::map<std::uint64_t, QueryTrace> in_flight_;     // by seq: oldest first, for eviction
   std::map<Key, std::vector<std::uint64_t>> by_key_;  // seqs in flight per key, oldest first

@@ -167,9 +167,11 @@ DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string
     return &views.back();
   };
   addView("", NetnsRole::Self, "");
-  for (const auto& p : findVirtLaunchers(host))
+  for (const auto& p : findVirtLaunchers(host)) {
+    res.launcher_pids.push_back(p.pid);
     addView(p.netns_path, NetnsRole::Launcher,
             p.vmi.empty() ? "pid/" + std::to_string(p.pid) : p.vmi);
+  }
   for (const auto& p : extra_netns) addView(p, NetnsRole::Extra, "");
   for (const auto& v : views) {
     bool launcher = v.role == NetnsRole::Launcher;

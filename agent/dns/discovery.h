@@ -63,7 +63,8 @@ std::vector<HopDevice> assignHops(const std::vector<NetnsView>& views);
 // netns paths, each listed with listLinks(). Netns that cannot be read are skipped and reported.
 struct DiscoveryResult {
   std::vector<HopDevice> devices;
-  std::size_t launchers = 0;  // launcher netns found (processes + extras with a k6t bridge)
+  std::size_t launchers = 0;       // launcher netns found (processes + extras with a k6t bridge)
+  std::vector<int> launcher_pids;  // virt-launcher processes found: their exit stops a VM
   std::vector<std::string> errors;
 };
 DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string>& extra_netns);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -17,8 +18,12 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
+#include "dns/netns_watch.h"
+#include "dns/proc_events.h"
+#include "dns/rescan_schedule.h"
 #include "dns/trace_view.h"
 #include "dns_tracer.h"
+#include "events.h"
 #include "nodegate/log.h"
 #include "nodegate/probe.h"
 
@@ -129,14 +134,102 @@ struct DnsService::Impl {
   // still reaches the devices. Only the worker thread touches it.
   std::map<std::uint64_t, int> netns_fds;
 
-  std::mutex wake_mu;
+  std::mutex wake_mu;  // the three below
   std::condition_variable wake;
   bool stopping = false;
+  RescanSchedule schedule;
   std::thread worker;
+
+  // Event sources. launcher_pids: the launchers the last pass found, whose exit means a VM
+  // stopped (read on the proc connector's thread).
+  int kernel_listener = 0;
+  std::unique_ptr<NetnsLinkWatch> netns_watch;  // links inside the traced netns (k6t-*, tap*)
+  std::unique_ptr<ProcessEvents> proc_events;
+  std::string proc_events_off;
+  std::mutex pids_mu;
+  std::set<int> launcher_pids;
+  std::atomic<std::uint64_t> rescans{0}, event_rescans{0};
 
   Impl(const HostRoot& h, DnsServiceConfig c, prometheus::Registry& reg,
        std::unique_ptr<DnsTracer> t)
-      : host(h), cfg(std::move(c)), metrics(reg), tracer(std::move(t)), corr(cfg.limits) {}
+      : host(h),
+        cfg(std::move(c)),
+        metrics(reg),
+        tracer(std::move(t)),
+        corr(cfg.limits),
+        schedule(cfg.debounce, cfg.rescan_min_gap, cfg.rescan, std::chrono::steady_clock::now()) {}
+
+  // Something changed: rescan soon (debounced).
+  void poke() {
+    {
+      std::lock_guard lk(wake_mu);
+      schedule.event(std::chrono::steady_clock::now());
+    }
+    wake.notify_all();
+  }
+
+  void onProcessEvent(const ProcessEvent& ev) {
+    bool launcher = false;
+    switch (ev.kind) {
+      case ProcessEvent::Kind::Exec:
+        launcher =
+            readValue(host.proc(std::to_string(ev.pid) + "/comm")).valueOr("") == "virt-launcher";
+        break;
+      case ProcessEvent::Kind::Comm: {
+        std::lock_guard lk(pids_mu);
+        launcher = ev.comm == "virt-launcher" || launcher_pids.count(ev.pid);
+        break;
+      }
+      case ProcessEvent::Kind::Exit: {
+        std::lock_guard lk(pids_mu);
+        launcher = launcher_pids.count(ev.pid) != 0;
+        break;
+      }
+      case ProcessEvent::Kind::Lost:
+        launcher = true;  // one of the lost events may have been a launcher's
+        break;
+    }
+    if (launcher) poke();
+  }
+
+  // Subscribes to link/netns and process events and picks the periodic cadence they allow.
+  void startEvents() {
+    bool links = cfg.kernel_events && cfg.kernel_events->watchesLinks();
+    if (links)
+      kernel_listener = cfg.kernel_events->addListener([this](std::uint32_t bits) {
+        if (bits & kTriggerNetLink) poke();
+      });
+    if (auto w = NetnsLinkWatch::start([this] { poke(); }))
+      netns_watch = std::move(w).value();
+    else
+      log::warn("dns hop discovery: no link events inside launcher netns",
+                {{"error", w.error().message}});
+    if (!cfg.process_events) {
+      proc_events_off = "disabled";
+    } else if (auto pe =
+                   ProcessEvents::start([this](const ProcessEvent& ev) { onProcessEvent(ev); })) {
+      proc_events = std::move(pe).value();
+    } else {
+      proc_events_off = pe.error().message;
+    }
+    auto periodic = links && proc_events && netns_watch ? cfg.rescan_with_events : cfg.rescan;
+    {
+      std::lock_guard lk(wake_mu);
+      schedule.setPeriodic(periodic, std::chrono::steady_clock::now());
+    }
+    log::info("dns hop discovery",
+              {{"link_events", links ? "rtnetlink" : "off"},
+               {"netns_link_events", netns_watch ? "rtnetlink per traced netns" : "off"},
+               {"process_events", proc_events ? "proc connector" : "off: " + proc_events_off},
+               {"periodic_rescan_ms", std::to_string(periodic.count())}});
+  }
+
+  void stopEvents() {
+    if (kernel_listener) cfg.kernel_events->removeListener(kernel_listener);
+    kernel_listener = 0;
+    proc_events.reset();
+    netns_watch.reset();
+  }
 
   void onEvent(const ng_dns_event& ev) {
     if (ev.flags & NG_F_PARSE_ERR) return;  // port 53 but not DNS: nothing to correlate
@@ -258,6 +351,9 @@ struct DnsService::Impl {
         return d.netns_path;
       }
       it = netns_fds.emplace(d.netns_ino, fd).first;
+      if (netns_watch)
+        if (auto r = netns_watch->add(d.netns_ino, fd); !r)
+          log::debug("dns hop discovery: netns link events", {{"error", r.error().message}});
     }
     return HostRoot("/").proc("self/fd/" + std::to_string(it->second));
   }
@@ -273,13 +369,19 @@ struct DnsService::Impl {
         ++it;
         continue;
       }
+      if (netns_watch) netns_watch->remove(it->first);
       ::close(it->second);
       it = netns_fds.erase(it);
     }
   }
 
   void rescan() {
+    ++rescans;
     DiscoveryResult found = discoverHops(host, cfg.extra_netns);
+    {
+      std::lock_guard lk(pids_mu);
+      launcher_pids = {found.launcher_pids.begin(), found.launcher_pids.end()};
+    }
     std::map<DeviceKey, HopDevice> want;
     for (auto& d : found.devices) want[{static_cast<std::uint32_t>(d.netns_ino), d.ifindex}] = d;
     std::map<DeviceKey, HopDevice> have;
@@ -322,6 +424,11 @@ struct DnsService::Impl {
     bool beyond = false;
     for (const auto& [k, d] : devices) beyond |= d.hop >= Hop::HostOut;
     corr.setBeyondHostTraced(beyond);
+    if (auto f = cfg.cluster ? cfg.cluster->facts() : std::nullopt) {
+      std::set<std::string> servers;
+      for (const auto& e : f->dns_endpoints) servers.insert(e.address);
+      corr.setServerAddresses(std::move(servers));
+    }
     metrics.attached.Set(static_cast<double>(devices.size()));
     if (found.errors != discovery_errors) {
       for (const auto& e : found.errors) log::warn("dns hop discovery", {{"error", e}});
@@ -355,18 +462,26 @@ struct DnsService::Impl {
   }
 
   void run() {
-    auto next_scan = std::chrono::steady_clock::now() + cfg.rescan;
+    using Clock = std::chrono::steady_clock;
+    auto next_tick = Clock::now() + cfg.tick;
     std::unique_lock lk(wake_mu);
     while (!stopping) {
-      wake.wait_for(lk, cfg.tick, [&] { return stopping; });
-      if (stopping) break;
-      lk.unlock();
-      if (std::chrono::steady_clock::now() >= next_scan) {
+      auto now = Clock::now();
+      if (schedule.due(now)) {
+        if (schedule.eventDue(now)) ++event_rescans;
+        schedule.begin(now);
+        lk.unlock();
         rescan();
-        next_scan = std::chrono::steady_clock::now() + cfg.rescan;
+        lk.lock();
+      } else if (now >= next_tick) {
+        next_tick = now + cfg.tick;
+        lk.unlock();
+        tick();
+        lk.lock();
+      } else {
+        // An event's poke() wakes us early and the deadlines are recomputed.
+        wake.wait_until(lk, std::min(next_tick, schedule.next()));
       }
-      tick();
-      lk.lock();
     }
   }
 };
@@ -381,6 +496,8 @@ Result<std::unique_ptr<DnsService>> DnsService::start(const HostRoot& host, DnsS
   Impl* p = impl.get();
   if (auto r = p->tracer->start([p](const ng_dns_event& ev) { p->onEvent(ev); }); !r)
     return r.error();
+  // Listening first, so a VM that starts during the first pass is not missed until the next.
+  p->startEvents();
   p->rescan();
   {
     std::lock_guard lock(p->mu);
@@ -397,6 +514,8 @@ DnsService::~DnsService() {
   }
   impl_->wake.notify_all();
   if (impl_->worker.joinable()) impl_->worker.join();
+  // After the worker (a pass adds to the netns watch); event threads only poke() the schedule.
+  impl_->stopEvents();
   impl_->tracer->stop();
   impl_->tracer->detachAll();
   for (const auto& [ino, fd] : impl_->netns_fds) ::close(fd);
@@ -405,6 +524,27 @@ DnsService::~DnsService() {
 
 void DnsService::rescanNow() {
   impl_->rescan();
+}
+
+DnsService::DiscoveryStats DnsService::discoveryStats() const {
+  DiscoveryStats s;
+  s.link_events = impl_->kernel_listener != 0;
+  s.process_events = impl_->proc_events != nullptr;
+  s.process_events_off = impl_->proc_events_off;
+  {
+    std::lock_guard lk(impl_->wake_mu);
+    s.periodic = impl_->schedule.periodic();
+  }
+  s.rescans = impl_->rescans;
+  s.event_rescans = impl_->event_rescans;
+  return s;
+}
+
+std::vector<HopDevice> DnsService::hops() const {
+  std::lock_guard lock(impl_->mu);
+  std::vector<HopDevice> out;
+  for (const auto& [k, d] : impl_->devices) out.push_back(d);
+  return out;
 }
 
 nlohmann::json DnsService::tracesJson(const std::string& vmi, std::uint64_t after,
@@ -428,6 +568,10 @@ nlohmann::json DnsService::tracesJson(const std::string& vmi, std::uint64_t afte
                 {"short_packets", ts.short_packets},
                 {"frags_skipped", ts.frags_skipped},
                 {"ext_skipped", ts.ext_skipped}};
+  j["discovery"] = {{"link_events", impl_->kernel_listener != 0},
+                    {"process_events", impl_->proc_events != nullptr},
+                    {"rescans", impl_->rescans.load()},
+                    {"event_rescans", impl_->event_rescans.load()}};
   std::map<std::string, nlohmann::json> paths;
   for (const auto& [k, d] : impl_->devices) {
     std::string key = d.vmi.empty() ? "" : d.vmi;
@@ -546,7 +690,11 @@ Result<std::unique_ptr<Extension>> startDnsTracer(AgentServices& s) {
       std::chrono::seconds(static_cast<long>(s.config.number("dns-path", "window_seconds", 300)));
   cfg.rescan = std::chrono::milliseconds(
       static_cast<long>(s.config.number("dns-path", "rescan_seconds", 2) * 1000));
+  cfg.rescan_with_events = std::chrono::milliseconds(
+      static_cast<long>(s.config.number("dns-path", "rescan_with_events_seconds", 30) * 1000));
+  cfg.kernel_events = s.kernel_events;
   cfg.board = processDnsVerdicts();
+  cfg.cluster = processClusterDns();
   cfg.trigger = s.trigger;
   auto svc = DnsService::start(s.host, std::move(cfg), *s.registry, std::move(tracer));
   if (!svc) return svc.error();

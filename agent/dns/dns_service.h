@@ -1,8 +1,11 @@
 // DnsService: the agent's guest DNS tracer. Discovers the hops of every guest's DNS path
 // (discovery.h), attaches the BPF tracer (bpf/dns_tracer.h) there and follows VMs as they come
-// and go, correlates events into per-query traces (correlator.h), and publishes them: metrics,
-// /api/v1/dns/traces, the status page's DNS section, and the summary the dns-path probe reads
-// (probes/dns_path.h). One worker thread; the tracer's poll thread only feeds the engine.
+// and go (a debounced rescan on link and netns events from the agent's rtnetlink source and on
+// virt-launcher exec/exit from the proc connector; a periodic rescan as the safety net, slow when
+// those events work, fast when they do not), correlates events into per-query traces
+// (correlator.h), and publishes them: metrics, /api/v1/dns/traces, the status page's DNS section,
+// and the summary the dns-path probe reads (probes/dns_path.h). One worker thread; the tracer's
+// poll thread only feeds the engine.
 //
 // Metrics (DESIGN.md; label sets bounded: VMIs by max_vmis, hops by the hop table, reasons by the
 // kernel's skb_drop_reason enum):
@@ -33,6 +36,10 @@
 #include "nodegate/host_root.h"
 #include "nodegate/result.h"
 
+namespace nodegate {
+class KernelEvents;
+}
+
 namespace nodegate::dns {
 
 class DnsTracer;
@@ -40,12 +47,18 @@ class DnsTracer;
 struct DnsServiceConfig {
   std::vector<std::string> extra_netns;    // --dns-netns
   std::chrono::milliseconds tick{100};     // expiry and summary cadence
-  std::chrono::milliseconds rescan{2000};  // hop discovery cadence
-  std::chrono::seconds window{300};        // what the probe's summary covers
+  std::chrono::milliseconds rescan{2000};  // hop discovery cadence when events do not work
+  std::chrono::milliseconds rescan_with_events{30000};  // the safety net's cadence when they do
+  std::chrono::milliseconds debounce{50};               // first event of a burst -> rescan
+  std::chrono::milliseconds rescan_min_gap{250};        // bounds the rescan rate under event storms
+  KernelEvents* kernel_events = nullptr;  // link/netns events (agent/events.h); null: none
+  bool process_events = true;             // listen to the proc connector when it works
+  std::chrono::seconds window{300};       // what the probe's summary covers
   CorrelatorLimits limits;
-  std::size_t max_vmis = 256;                  // metric label cap; beyond: vmi="_other"
-  std::shared_ptr<DnsVerdictBoard> board;      // where the probe reads from
-  std::function<void(std::uint32_t)> trigger;  // re-run probes (kTriggerDns)
+  std::size_t max_vmis = 256;                      // metric label cap; beyond: vmi="_other"
+  std::shared_ptr<DnsVerdictBoard> board;          // where the probe reads from
+  std::shared_ptr<const ClusterDnsBoard> cluster;  // CoreDNS endpoints from the API; null: none
+  std::function<void(std::uint32_t)> trigger;      // re-run probes (kTriggerDns)
 };
 
 class DnsService final : public Extension {
@@ -62,8 +75,19 @@ class DnsService final : public Extension {
   // server's side every guest uses), traces: [traceJson()...] oldest first}.
   nlohmann::json tracesJson(const std::string& vmi, std::uint64_t after, std::size_t limit) const;
   std::string pageSection() const;
-  // Runs one discovery + attach pass now (tests; the worker does it every cfg.rescan).
+  // Runs one discovery + attach pass now (tests; the worker does it on events and periodically).
   void rescanNow();
+
+  struct DiscoveryStats {
+    bool link_events = false;               // listening to the agent's rtnetlink link/netns events
+    bool process_events = false;            // listening to the proc connector
+    std::string process_events_off;         // why not, when not
+    std::chrono::milliseconds periodic{0};  // the periodic rescan's cadence in effect
+    std::uint64_t rescans = 0;              // passes run, all causes
+    std::uint64_t event_rescans = 0;        // passes an event asked for
+  };
+  DiscoveryStats discoveryStats() const;
+  std::vector<HopDevice> hops() const;  // devices traced now
 
   struct Impl;
 

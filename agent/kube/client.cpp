@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -268,28 +270,64 @@ void Credentials::invalidateToken() {
   token_valid_ = false;
 }
 
+Result<int> checkCaBundle(std::string_view pem) {
+  constexpr std::string_view kBegin = "-----BEGIN CERTIFICATE-----";
+  constexpr std::string_view kEnd = "-----END CERTIFICATE-----";
+  int count = 0;
+  std::size_t pos = 0;
+  while ((pos = pem.find(kBegin, pos)) != std::string_view::npos) {
+    auto body = pos + kBegin.size();
+    auto end = pem.find(kEnd, body);
+    if (end == std::string_view::npos)
+      return Error{EINVAL, "certificate " + std::to_string(count + 1) + " has no END line"};
+    bool ok = false;
+    std::string der = base64Decode(pem.substr(body, end - body), &ok);
+    // Every X.509 certificate is a DER SEQUENCE (0x30) of a few hundred bytes at least.
+    if (!ok || der.size() < 64 || static_cast<unsigned char>(der[0]) != 0x30)
+      return Error{EINVAL, "certificate " + std::to_string(count + 1) + " is not valid base64 DER"};
+    ++count;
+    pos = end + kEnd.size();
+  }
+  if (count == 0) return Error{EINVAL, "no PEM certificate in it"};
+  return count;
+}
+
 std::string Credentials::caPem() {
   if (cfg_.ca_file.empty()) return cfg_.ca_pem;
   std::lock_guard lk(mu_);
   struct stat st{};
-  if (::stat(cfg_.ca_file.c_str(), &st) == 0) {
-    long long mtime = static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
-    if (mtime != ca_mtime_ns_ || st.st_size != ca_size_) {
-      auto pem = readWhole(cfg_.ca_file, "ca file");
-      if (pem) {
-        if (ca_mtime_ns_ >= 0) log::info("reloaded kubernetes ca", {{"file", cfg_.ca_file}});
-        ca_ = *pem;
-        ca_mtime_ns_ = mtime;
-        ca_size_ = st.st_size;
-      } else {
-        log::warn("failed to reload kubernetes ca", {{"error", pem.error().message}});
-      }
-    }
-  } else if (ca_.empty()) {
-    log::warn("failed to read kubernetes ca",
-              {{"file", cfg_.ca_file}, {"error", std::strerror(errno)}});
+  if (::stat(cfg_.ca_file.c_str(), &st) != 0) {
+    // Keep the last good bundle: the kubelet swaps the file atomically, a miss is transient.
+    std::string why = "failed to read kubernetes ca " + cfg_.ca_file + ": " + std::strerror(errno);
+    if (why != ca_error_) log::warn(why);
+    ca_error_ = why;
+    return ca_;
   }
+  long long mtime = static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
+  auto ino = static_cast<unsigned long long>(st.st_ino);
+  if (mtime == ca_mtime_ns_ && st.st_size == ca_size_ && ino == ca_ino_) return ca_;
+  // Whatever the outcome, this version of the file is judged once, not on every request.
+  ca_mtime_ns_ = mtime;
+  ca_size_ = st.st_size;
+  ca_ino_ = ino;
+  auto pem = readWhole(cfg_.ca_file, "kubernetes ca");
+  Result<int> certs = pem ? checkCaBundle(*pem) : Result<int>(pem.error());
+  if (!certs) {
+    ca_error_ = "failed to load kubernetes ca " + cfg_.ca_file + ": " + certs.error().message;
+    log::error(ca_error_, {{"action", ca_.empty() ? "no ca to verify the server with"
+                                                   : "keeping the previous ca"}});
+    return ca_;
+  }
+  if (!ca_.empty() && *pem != ca_)
+    log::info("reloaded kubernetes ca", {{"file", cfg_.ca_file}, {"certificates", std::to_string(*certs)}});
+  ca_ = *pem;
+  ca_error_.clear();
   return ca_;
+}
+
+std::string Credentials::caError() {
+  std::lock_guard lk(mu_);
+  return ca_error_;
 }
 
 RequestCounter& requestCounter(prometheus::Registry& registry) {
@@ -394,7 +432,8 @@ HttpResponse HttpClient::perform(const std::string& verb, const std::string& met
                                  const std::function<bool(std::string_view)>* on_line) {
   HttpResponse out;
   if (!curl_) {
-    out.error = "failed to create curl handle";
+    out.error = "failed to create curl handle (libcurl could not be loaded or initialised)";
+    counter_.Add({{"verb", verb}, {"code", "error"}}).Increment();
     return out;
   }
   if (!limiter_.acquire(stopper_)) {
@@ -439,6 +478,13 @@ HttpResponse HttpClient::perform(const std::string& verb, const std::string& met
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
   }
   std::string ca = creds_.caPem();
+  if (ca.empty() && !cfg.ca_file.empty() && !cfg.insecure) {
+    // Never fall back to the system's CAs for a cluster that named its own.
+    curl_slist_free_all(headers);
+    out.error = creds_.caError();
+    counter_.Add({{"verb", verb}, {"code", "error"}}).Increment();
+    return out;
+  }
   curl_blob ca_blob{ca.data(), ca.size(), CURL_BLOB_COPY};
   if (!ca.empty()) curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &ca_blob);
   if (cfg.insecure) {
@@ -463,6 +509,9 @@ HttpResponse HttpClient::perform(const std::string& verb, const std::string& met
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
   if (rc != CURLE_OK && !(t.ended_by_callback && code > 0)) {
     out.error = curl_easy_strerror(rc);
+    // A server certificate from a new CA while the CA file on disk is refused: say both.
+    if (rc == CURLE_PEER_FAILED_VERIFICATION)
+      if (auto why = creds_.caError(); !why.empty()) out.error += " (" + why + ")";
     // A watch that ran until its timeout ended normally from the server's point of view.
     if (on_line && rc == CURLE_OPERATION_TIMEDOUT && code == 200) out.code = 200;
   } else {
@@ -471,6 +520,34 @@ HttpResponse HttpClient::perform(const std::string& verb, const std::string& met
   out.body = on_line ? std::move(t.line_buf) : std::move(t.body);
   if (t.retry_after) out.retry_after = parseRetryAfter(*t.retry_after, std::chrono::system_clock::now());
   counter_.Add({{"verb", verb}, {"code", out.code ? std::to_string(out.code) : "error"}}).Increment();
+  return out;
+}
+
+Result<ClientConfig> loadClientConfig(const std::string& mode, const std::string& kubeconfig) {
+  if (mode == "none") return Error{EINVAL, "--kube none"};
+  if (mode == "incluster" || (mode == "auto" && inClusterAvailable())) return loadInCluster();
+  if (mode == "kubeconfig" || (mode == "auto" && !kubeconfig.empty())) {
+    std::string path = kubeconfig;
+    if (path.empty())
+      if (const char* env = std::getenv("KUBECONFIG"); env && *env) path = env;
+    if (path.empty()) return Error{EINVAL, "--kube kubeconfig needs --kubeconfig FILE"};
+    return loadKubeconfig(path);
+  }
+  return Error{ENOENT, "failed to find kubernetes credentials: no in-cluster service account and no --kubeconfig"};
+}
+
+std::string urlEncode(std::string_view s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
   return out;
 }
 

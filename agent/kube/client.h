@@ -42,6 +42,13 @@ Result<ClientConfig> loadInCluster(const std::string& sa_dir = kServiceAccountDi
 // kubeconfig: the current context's cluster and user; relative paths are relative to the file.
 Result<ClientConfig> loadKubeconfig(const std::string& path);
 Result<ClientConfig> parseKubeconfig(std::string_view text, const std::string& base_dir);
+// The credentials --kube MODE and --kubeconfig FILE select (auto: in-cluster when available,
+// else the kubeconfig; kubeconfig mode falls back to $KUBECONFIG). Every API user of the agent
+// (publisher, PV discovery) goes through this, so they all talk to the same cluster as the same user.
+Result<ClientConfig> loadClientConfig(const std::string& mode, const std::string& kubeconfig);
+
+// Percent-encoding of one path segment or query value (RFC 3986 unreserved characters kept).
+std::string urlEncode(std::string_view s);
 
 std::string base64Decode(std::string_view in, bool* ok);
 
@@ -90,15 +97,25 @@ class Backoff {
   std::mt19937_64 rng_;
 };
 
+// Checks that text is a PEM bundle of one or more X.509 certificates (well-formed blocks whose
+// base64 decodes to a DER sequence): a half-written or garbage CA file must be refused before
+// it replaces a working one. Returns the number of certificates.
+Result<int> checkCaBundle(std::string_view pem);
+
 // The credentials of one API server, shared by a publisher's threads. The token file is
-// re-read when older than token_max_age or after a 401; the CA file when its mtime or size
-// changes.
+// re-read when older than token_max_age or after a 401; the CA file whenever its inode, mtime
+// or size changes (checked before every request: one stat). A CA file that does not hold a
+// certificate bundle is refused with an error and the last good bundle stays in use, so a
+// rotation caught half-way breaks nothing that still works with the old CA.
 class Credentials {
  public:
   explicit Credentials(ClientConfig cfg, std::chrono::seconds token_max_age = std::chrono::seconds(60));
   const ClientConfig& config() const { return cfg_; }
   std::string token();
+  // The CA bundle to verify the server with ("" = none configured, or none valid yet).
   std::string caPem();
+  // Why the CA file's current content is not in use ("" when it is).
+  std::string caError();
   void invalidateToken();
 
  private:
@@ -109,8 +126,10 @@ class Credentials {
   std::chrono::steady_clock::time_point token_read_{};
   bool token_valid_ = false;
   std::string ca_;
+  std::string ca_error_;
   long long ca_mtime_ns_ = -1;
   long long ca_size_ = -1;
+  unsigned long long ca_ino_ = 0;
 };
 
 struct HttpResponse {

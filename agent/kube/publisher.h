@@ -10,6 +10,7 @@
 #include <prometheus/registry.h>
 
 #include "kube/client.h"
+#include "kube/cluster_dns.h"
 #include "kube/node_state.h"
 #include "nodegate/config.h"
 #include "nodegate/snapshot.h"
@@ -27,6 +28,10 @@ struct PublisherOptions {
   double watch_timeout_s = 300;         // kube.watch_timeout_seconds, jittered up to +50%
   std::string event_namespace = "default";  // kube.event_namespace (kubelet puts Node events there)
   std::uint64_t seed = 0;               // 0: random
+  // Read-only DNS facts (Cilium's ConfigMap, CoreDNS endpoints) refreshed every cluster.refresh;
+  // null: not read (tests of the Node writes).
+  std::shared_ptr<ClusterDnsBoard> cluster_dns;
+  ClusterDnsOptions cluster;
 };
 
 PublisherOptions publisherOptions(const Options& opts, const Config& config);

@@ -28,6 +28,13 @@ class DeviceIo {
   // Returns the ioctl's non-negative return value.
   virtual Result<int> ioctl(int fd, unsigned long request, void* arg) = 0;
   virtual void close(int fd) = 0;
+  // Reads up to len bytes at offset (the lvm probe's label scan of block devices); returns the
+  // count read, short at the end of the device. Not pure virtual: a fake that does not model
+  // reads answers ENOSYS, which every caller treats as "could not look".
+  virtual Result<std::size_t> pread(int fd, void* buf, std::size_t len, std::uint64_t offset) {
+    (void)fd, (void)buf, (void)len, (void)offset;
+    return Error{ENOSYS, "failed to read device: this DeviceIo does not read"};
+  }
 };
 
 struct ExecResult {
@@ -98,15 +105,22 @@ class KernelClock {
   virtual Result<KernelTimex> adjtimex() = 0;
 };
 
+class PvSource;  // probes/local_pv.h
+
 // The production seams, plus room for the D-Bus, netlink and udev ones the agent adds.
 struct Seams {
   std::shared_ptr<DeviceIo> device;
   std::shared_ptr<Exec> exec;
   std::shared_ptr<DBus> dbus;
   std::shared_ptr<KernelClock> clock;
+  // local-pv's second PV source, the API's view (agent/kube/pv_source.h); the agent sets it
+  // when it has an API connection, productionSeams() leaves it null.
+  std::shared_ptr<PvSource> api_pvs;
 };
 
-// Real implementations (probes/sys/).
+// Real implementations (probes/sys/). makeSysDBus alone serves the agent's D-Bus watchers,
+// which need a bus client of their own but none of the other seams.
 Seams productionSeams();
+std::shared_ptr<DBus> makeSysDBus();
 
 }  // namespace nodegate

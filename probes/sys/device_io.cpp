@@ -3,6 +3,8 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 #include "nodegate/seams.h"
 
 namespace nodegate {
@@ -26,6 +28,13 @@ class SysDeviceIo final : public DeviceIo {
     return rc;
   }
   void close(int fd) override { ::close(fd); }
+  Result<std::size_t> pread(int fd, void* buf, std::size_t len, std::uint64_t offset) override {
+    ssize_t n;
+    do n = ::pread(fd, buf, len, static_cast<off_t>(offset));
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return errnoError(errno, "read " + std::to_string(len) + " bytes of the device");
+    return static_cast<std::size_t>(n);
+  }
 };
 
 }  // namespace

@@ -4,7 +4,6 @@ namespace nodegate {
 
 std::shared_ptr<DeviceIo> makeSysDeviceIo();
 std::shared_ptr<Exec> makeSysExec();
-std::shared_ptr<DBus> makeSysDBus();
 std::shared_ptr<KernelClock> makeSysKernelClock();
 
 Seams productionSeams() {

@@ -76,7 +76,8 @@ def alive(agent, what):
 def main():
     log = tempfile.NamedTemporaryFile(prefix="nodegate-agent-http.", suffix=".log", delete=False)
     agent = subprocess.Popen([BIN, "agent", "--kube", "none", "--listen", f"127.0.0.1:{PORT}",
-                              "--debug-listen", f"127.0.0.1:{DEBUG_PORT}", "--resync", "3600"],
+                              "--debug-listen", f"127.0.0.1:{DEBUG_PORT}", "--resync", "3600",
+                              "--dns-trace", "off"],
                              stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + 30

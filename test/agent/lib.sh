@@ -34,6 +34,9 @@ start_agent() {
     case $a in --listen=*) listen=${a#--listen=} ;; esac
     prev=$a
   done
+  # The DNS tracer attaches to every virt-launcher netns on the host, including those of DNS
+  # tests running beside this one; tests here that do not pass --dns-trace keep it off.
+  case " $* " in *" --dns-trace"*) ;; *) set -- "$@" --dns-trace off ;; esac
   "$NODEGATE" agent "$@" >"$log" 2>&1 &
   AGENT_PID=$!
   on_exit "kill $AGENT_PID 2>/dev/null; wait $AGENT_PID 2>/dev/null"

@@ -179,57 +179,85 @@ TEST_F(DnsAttachTest, SeesQueryOnBothEndsAndTheNoSocketDrop) {
 // A DNS-over-TCP server in b for one connection: reads the length-prefixed query and answers
 // NOERROR with the question echoed. Real TCP segments carry their payload in page fragments, not
 // in the skb's linear data, which BPF_PROG_TEST_RUN frames never do.
-constexpr const char* kTcpDnsServer = R"(import socket, struct, sys
+// With "split" it writes the answer's length prefix and the answer in two segments (TCP_NODELAY,
+// a pause between the writes), as some servers and clients do.
+constexpr const char* kTcpDnsServer = R"(import socket, struct, sys, time
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("10.77.0.2", 53))
 s.listen(1)
 open(sys.argv[1], "w").close()
 c, _ = s.accept()
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 n = struct.unpack("!H", c.recv(2, socket.MSG_WAITALL))[0]
 q = c.recv(n, socket.MSG_WAITALL)
 i = 12
 while q[i]:
     i += q[i] + 1
 r = q[:2] + b"\x81\x80\x00\x01\x00\x00\x00\x00\x00\x00" + q[12:i + 5]
-c.sendall(struct.pack("!H", len(r)) + r)
+if len(sys.argv) > 2 and sys.argv[2] == "split":
+    c.sendall(struct.pack("!H", len(r)))
+    time.sleep(0.05)
+    c.sendall(r)
+else:
+    c.sendall(struct.pack("!H", len(r)) + r)
 c.recv(1)
 )";
 
-TEST_F(DnsAttachTest, SeesQueryAndResponseOverRealTcp) {
-  ASSERT_TRUE(
-      tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok());
-  ASSERT_TRUE(
-      tracer_->attach({.netns_path = net_->path(net_->b), .ifindex = net_->ifindex_b}).ok());
-  ASSERT_EQ(sh("command -v python3"), 0) << "python3 missing";
-  const std::string dir = "/tmp/ngbpf-tcp-" + std::to_string(getpid());
-  ASSERT_EQ(sh("mkdir -p " + dir), 0);
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() {
-      sh("test -s " + dir + "/pid && kill $(cat " + dir + "/pid)");
-      sh("rm -rf " + dir);
-    }
-  } cleanup{dir};
-  {
-    FILE* f = std::fopen((dir + "/server.py").c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fputs(kTcpDnsServer, f);
-    std::fclose(f);
+// A DNS-over-TCP client that writes the length prefix in a segment of its own, then the query.
+constexpr const char* kSplitTcpClient = R"(import socket, struct, sys, time
+name = sys.argv[1]
+q = struct.pack("!6H", 0x4242, 0x0100, 1, 0, 0, 0)
+q += b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack("!2H", 1, 1)
+c = socket.create_connection(("10.77.0.2", 53), timeout=5)
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+c.sendall(struct.pack("!H", len(q)))
+time.sleep(0.05)
+c.sendall(q)
+n = struct.unpack("!H", c.recv(2, socket.MSG_WAITALL))[0]
+r = c.recv(n, socket.MSG_WAITALL)
+print("rcode", r[3] & 15, "id", struct.unpack("!H", r[:2])[0])
+c.close()
+)";
+
+// Runs kTcpDnsServer in the server namespace for one connection; removes its files and stops it
+// (if still running) on destruction.
+class TcpDnsServer {
+ public:
+  TcpDnsServer(const TwoNetns& net, const std::string& mode)
+      : dir_("/tmp/ngbpf-tcp-" + std::to_string(getpid())) {
+    if (sh("mkdir -p " + dir_) != 0) return;
+    if (!write(dir_ + "/server.py", kTcpDnsServer) ||
+        !write(dir_ + "/client.py", kSplitTcpClient))
+      return;
+    // timeout bounds the server even if the test dies before the destructor runs.
+    if (sh("ip netns exec " + net.b + " timeout 20 python3 " + dir_ + "/server.py " + dir_ +
+           "/ready " + mode + " & echo $! > " + dir_ + "/pid") != 0)
+      return;
+    for (int i = 0; i < 100 && sh("test -e " + dir_ + "/ready") != 0; i++)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ready = sh("test -e " + dir_ + "/ready") == 0;
   }
-  // timeout bounds the server even if the test dies before the cleanup runs.
-  ASSERT_EQ(sh("ip netns exec " + net_->b + " timeout 20 python3 " + dir + "/server.py " + dir +
-               "/ready & echo $! > " + dir + "/pid"),
-            0);
-  for (int i = 0; i < 100 && sh("test -e " + dir + "/ready") != 0; i++)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_EQ(sh("test -e " + dir + "/ready"), 0) << "the TCP DNS server did not start";
+  ~TcpDnsServer() {
+    sh("test -s " + dir_ + "/pid && kill $(cat " + dir_ + "/pid)");
+    sh("rm -rf " + dir_);
+  }
+  std::string client() const { return dir_ + "/client.py"; }
+  bool ready = false;
 
-  const std::string dig = capture("ip netns exec " + net_->a +
-                                  " dig +tcp +tries=1 +time=3 @10.77.0.2 tcp.nodegate.test");
-  ASSERT_NE(dig.find("status: NOERROR"), std::string::npos) << dig;
-  auto evs = collect("tcp.nodegate.test", 4);
+ private:
+  static bool write(const std::string& path, const char* text) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) return false;
+    std::fputs(text, f);
+    return std::fclose(f) == 0;
+  }
+  std::string dir_;
+};
 
+// The four message-carrying sightings of one TCP exchange (query out of a, into b; response out
+// of b, into a), each checked to be a whole, parsed DNS message.
+void expectTcpExchange(const std::vector<ng_dns_event>& evs, uint64_t ino_a, uint64_t ino_b) {
   auto one = [&](uint16_t dir_, uint64_t ino, bool response) -> const ng_dns_event* {
     for (const auto& ev : evs)
       if (ev.kind == NG_EV_PACKET && ev.dir == dir_ && ev.netns_ino == ino &&
@@ -237,10 +265,10 @@ TEST_F(DnsAttachTest, SeesQueryAndResponseOverRealTcp) {
         return &ev;
     return nullptr;
   };
-  const ng_dns_event* q_out = one(NG_DIR_EGRESS, ino_a_, false);
-  const ng_dns_event* q_in = one(NG_DIR_INGRESS, ino_b_, false);
-  const ng_dns_event* r_out = one(NG_DIR_EGRESS, ino_b_, true);
-  const ng_dns_event* r_in = one(NG_DIR_INGRESS, ino_a_, true);
+  const ng_dns_event* q_out = one(NG_DIR_EGRESS, ino_a, false);
+  const ng_dns_event* q_in = one(NG_DIR_INGRESS, ino_b, false);
+  const ng_dns_event* r_out = one(NG_DIR_EGRESS, ino_b, true);
+  const ng_dns_event* r_in = one(NG_DIR_INGRESS, ino_a, true);
   ASSERT_NE(q_out, nullptr) << "no TCP query event on the client's egress";
   ASSERT_NE(q_in, nullptr) << "no TCP query event on the server's ingress";
   ASSERT_NE(r_out, nullptr) << "no TCP response event on the server's egress";
@@ -255,9 +283,71 @@ TEST_F(DnsAttachTest, SeesQueryAndResponseOverRealTcp) {
   EXPECT_EQ(r_in->sport, 53);
   EXPECT_EQ(formatAddress(*q_out, true), "10.77.0.1");
   EXPECT_EQ(r_in->rcode, 0);
-  // Only the two segments carrying a message per direction: SYN, ACK and FIN are skipped.
+  // Only the two segments carrying a message per direction: SYN, ACK, FIN and bare length
+  // prefixes are skipped.
   EXPECT_EQ(evs.size(), 4u);
+}
+
+TEST_F(DnsAttachTest, SeesQueryAndResponseOverRealTcp) {
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok());
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->b), .ifindex = net_->ifindex_b}).ok());
+  ASSERT_EQ(sh("command -v python3"), 0) << "python3 missing";
+  TcpDnsServer server(*net_, "whole");
+  ASSERT_TRUE(server.ready) << "the TCP DNS server did not start";
+
+  const std::string dig = capture("ip netns exec " + net_->a +
+                                  " dig +tcp +tries=1 +time=3 @10.77.0.2 tcp.nodegate.test");
+  ASSERT_NE(dig.find("status: NOERROR"), std::string::npos) << dig;
+  auto evs = collect("tcp.nodegate.test", 4);
+  expectTcpExchange(evs, ino_a_, ino_b_);
   EXPECT_EQ(tracer_->stats().events_lost, 0u);
+}
+
+// Real sockets writing the 2-byte length prefix and the message as separate segments, both ways.
+TEST_F(DnsAttachTest, TcpLengthPrefixInItsOwnSegment) {
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok());
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->b), .ifindex = net_->ifindex_b}).ok());
+  ASSERT_EQ(sh("command -v python3"), 0) << "python3 missing";
+  TcpDnsServer server(*net_, "split");
+  ASSERT_TRUE(server.ready) << "the TCP DNS server did not start";
+  const auto before = tracer_->stats();
+
+  const std::string out = capture("ip netns exec " + net_->a + " timeout 10 python3 " +
+                                  server.client() + " split.nodegate.test");
+  ASSERT_NE(out.find("rcode 0 id 16962"), std::string::npos) << out;
+  auto evs = collect("split.nodegate.test", 4);
+  expectTcpExchange(evs, ino_a_, ino_b_);
+  // The bare prefixes: query out of a and into b, response out of b and into a.
+  EXPECT_EQ(tracer_->stats().tcp_prefix_segments - before.tcp_prefix_segments, 4u);
+  EXPECT_EQ(tracer_->stats().events_lost, 0u);
+}
+
+// A TCP segment dropped with its payload in page fragments (what a TCP socket sends) cannot be read
+// by kfree_skb: it is counted, not silently lost and not misreported.
+TEST_F(DnsAttachTest, DroppedPagedTcpSegmentIsCounted) {
+  ASSERT_TRUE(tracer_->dropsAvailable());
+  ASSERT_EQ(sh("command -v python3"), 0) << "python3 missing";
+  TcpDnsServer server(*net_, "whole");
+  ASSERT_TRUE(server.ready) << "the TCP DNS server did not start";
+  // Handshake passes (no payload), then every segment with a payload for port 53 is dropped.
+  const std::string nft = "ip netns exec " + net_->b + " nft ";
+  ASSERT_EQ(sh(nft + "add table inet ngbpf"), 0);
+  ASSERT_EQ(sh(nft + "'add chain inet ngbpf input { type filter hook input priority 0; }'"), 0);
+  // (SYN: 60 bytes of IP with options, pure ACKs 52; a query segment is longer.)
+  ASSERT_EQ(sh(nft + "add rule inet ngbpf input tcp dport 53 ip length gt 64 drop"), 0);
+  const auto before = tracer_->stats();
+  sh("ip netns exec " + net_->a + " dig +tcp +tries=1 +time=1 @10.77.0.2 paged.nodegate.test");
+  uint64_t paged = 0;
+  for (int i = 0; i < 100 && paged == 0; i++) {
+    (void)tracer_->consume([](const ng_dns_event&) {});
+    paged = tracer_->stats().paged_skipped - before.paged_skipped;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GE(paged, 1u) << "the dropped query segment was not counted as paged";
 }
 
 TEST_F(DnsAttachTest, NetfilterDropIsReportedByName) {

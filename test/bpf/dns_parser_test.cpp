@@ -188,6 +188,62 @@ TEST_F(DnsParserTest, TcpWithLengthPrefix) {
   EXPECT_TRUE(run(buildFrame({.tcp = true, .tcp_length_prefix = false}, q.bytes())).empty());
 }
 
+// A sender may write the 2-byte length prefix in a segment of its own and the message in the next
+// (TCP_NODELAY and two writes). The bare prefix is counted, not reported; the segment that starts
+// right after it is parsed as the message without a prefix.
+TEST_F(DnsParserTest, TcpLengthPrefixInItsOwnSegment) {
+  DnsMsg q;
+  q.name = wireName("split.example.org");
+  q.qtype = 28;
+  const Bytes msg = q.bytes();
+  const Bytes prefix = {0, static_cast<uint8_t>(msg.size())};
+  // Ports of their own: the pending-prefix map outlives a test.
+  const FrameSpec bare{.tcp = true, .sport = 41001, .tcp_length_prefix = false, .tcp_seq = 7000};
+  FrameSpec rest = bare;
+  rest.tcp_seq = 7002;
+
+  auto before = tracer_->stats();
+  EXPECT_TRUE(run(buildFrame(bare, prefix)).empty());
+  EXPECT_EQ(tracer_->stats().tcp_prefix_segments, before.tcp_prefix_segments + 1);
+  auto ev = runOne(buildFrame(rest, msg));
+  EXPECT_TRUE(ev.flags & NG_F_TCP);
+  EXPECT_FALSE(ev.flags & NG_F_PARSE_ERR);
+  EXPECT_STREQ(ev.qname, "split.example.org");
+  EXPECT_EQ(ev.qtype, 28);
+  EXPECT_EQ(ev.dns_id, 0x1234);
+  EXPECT_EQ(ev.sport, 41001);
+  EXPECT_EQ(tracer_->stats().not_dns, before.not_dns);
+
+  // The pending prefix was used up: the same segment again (a retransmission) is not a message.
+  EXPECT_TRUE(run(buildFrame(rest, msg)).empty());
+  EXPECT_EQ(tracer_->stats().not_dns, before.not_dns + 1);
+
+  // A segment that does not start where the prefix ended is not taken for its message.
+  EXPECT_TRUE(run(buildFrame(bare, prefix)).empty());
+  FrameSpec elsewhere = rest;
+  elsewhere.tcp_seq = 9000;
+  EXPECT_TRUE(run(buildFrame(elsewhere, msg)).empty());
+  // Nor is a segment of another flow (other source port) at the right sequence number.
+  FrameSpec other = rest;
+  other.sport = 41002;
+  EXPECT_TRUE(run(buildFrame(other, msg)).empty());
+  // The right one still is.
+  EXPECT_STREQ(runOne(buildFrame(rest, msg)).qname, "split.example.org");
+
+  // A response split the same way (server side: source port 53).
+  DnsMsg r = q;
+  r.flags = 0x8180;
+  const Bytes rmsg = r.bytes();
+  const FrameSpec rbare{.tcp = true, .sport = 53, .dport = 41001, .tcp_length_prefix = false,
+                        .tcp_seq = 123456};
+  FrameSpec rrest = rbare;
+  rrest.tcp_seq = 123458;
+  EXPECT_TRUE(run(buildFrame(rbare, {0, static_cast<uint8_t>(rmsg.size())}), true).empty());
+  auto rev = runOne(buildFrame(rrest, rmsg), true);
+  EXPECT_TRUE(rev.flags & NG_F_QR);
+  EXPECT_STREQ(rev.qname, "split.example.org");
+}
+
 TEST_F(DnsParserTest, TruncatedAtEveryLength) {
   DnsMsg q;
   const size_t name_len = q.name.size();

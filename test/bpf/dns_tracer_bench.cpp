@@ -1,6 +1,6 @@
 // Benchmark driver for tools/bench/bpf-cost.sh (not a test). Two modes:
 //   bpf_dns_bench test-run              per-packet cost of the classifier on crafted frames
-//                                       (BPF_PROG_TEST_RUN, 1e6 repetitions each)
+//                                       (BPF_PROG_TEST_RUN, 1e6 repetitions each, drained every 2000)
 //   bpf_dns_bench trace [--ring BYTES] NETNS_PATH:IFINDEX...
 //                                       attach, poll like the agent does, and print one JSON
 //                                       snapshot line (program run_time_ns/run_cnt, events,
@@ -74,9 +74,9 @@ int testRun() {
                 .data_size_in = static_cast<uint32_t>(c.frame.size()), .repeat = 1000000);
     // Drain as we go so the ring never fills and every DNS run pays for a real reservation.
     uint64_t total = 0;
-    const int rounds = 200;
+    const int rounds = 500;
     for (int r = 0; r < rounds; r++) {
-      o.repeat = 5000;  // < half the ring: no forced wakeups, as in steady state
+      o.repeat = 2000;  // 432 KB of records, < half the default 1 MiB ring: no forced wakeups
       if (bpf_prog_test_run_opts(fd, &o) != 0) return 1;
       total += o.duration;
       (void)(*t)->consume([](const ng_dns_event&) {});

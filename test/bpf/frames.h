@@ -66,6 +66,7 @@ struct FrameSpec {
   uint8_t ipv6_first_next = 0;         // next-header of the fixed header when ipv6_ext is set
   bool tcp_length_prefix = true;
   uint8_t tcp_flags = 0x18;  // PSH|ACK
+  uint32_t tcp_seq = 0;
 };
 
 inline constexpr uint8_t kSrc4[4] = {10, 0, 2, 2};
@@ -81,7 +82,9 @@ inline Bytes buildFrame(const FrameSpec& f, const Bytes& payload) {
     seg.insert(seg.end(), payload.begin(), payload.end());
     put16(l4, f.sport);
     put16(l4, f.dport);
-    for (int i = 0; i < 8; i++) l4.push_back(0);  // seq, ack
+    put16(l4, static_cast<uint16_t>(f.tcp_seq >> 16));
+    put16(l4, static_cast<uint16_t>(f.tcp_seq));
+    for (int i = 0; i < 4; i++) l4.push_back(0);  // ack
     l4.push_back(5 << 4);                         // data offset 20
     l4.push_back(f.tcp_flags);
     put16(l4, 65535);

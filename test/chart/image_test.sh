@@ -43,7 +43,8 @@ print(" ".join(m.group(1).split()) if m else "")
 PY
 )
 [ -n "$pkgs" ] || { echo "FAIL: no RUNTIME_PKGS in tools/image/Dockerfile" >&2; exit 1; }
-for p in lvm2 util-linux curl jq; do
+# libcurl4 is dlopen()ed (agent/kube/curl_lazy.cpp), so no ELF dependency would reveal it missing.
+for p in lvm2 util-linux curl jq libcurl4; do
   case " $pkgs " in *" $p "*) ;; *) echo "FAIL: the image lacks $p" >&2; exit 1 ;; esac
 done
 # Always in debian:12-slim (essential packages and apt's own dependencies).

@@ -189,6 +189,24 @@ TEST(Correlator, IncidentUntranslatedAtHostOutIsServiceTranslationMissing) {
   EXPECT_TRUE(done[0].drop_reason.empty());
 }
 
+// A guest that queries a CoreDNS pod directly (its address known from the API's EndpointSlices)
+// needs no translation: a lost query to it is plain NoResponse, not the incident.
+TEST(Correlator, QueryStraightToAKnownDnsServerIsNotTranslationMissing) {
+  Correlator c;
+  c.setServerAddresses({kSvc});
+  Q q;
+  std::uint64_t t = 0;
+  for (Hop h : kForward) {
+    auto o = query(q, h, t += kMs);
+    o.daddr = kSvc;
+    c.observe(o);
+  }
+  auto done = c.expire(5100 * kMs);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].verdict, Verdict::Unanswered);
+  EXPECT_EQ(done[0].last_hop, Hop::HostOut);
+}
+
 TEST(Correlator, IncidentWithKernelDropRecordsTheReason) {
   Correlator c;
   Q q;

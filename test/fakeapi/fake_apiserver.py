@@ -4,18 +4,21 @@
 It serves what nodegate and kubectl need: nodes and nodes/status (GET, LIST, WATCH, PATCH with
 JSON merge patch, strategic merge patch with list merge keys, JSON patch incl. `test`), Node
 creation, events.k8s.io/v1 events (create, patch, list) and their core/v1 view for `kubectl
-describe`, discovery documents, server-side Table printing for `kubectl get`, TLS, bearer tokens
-with expiry and client certificates. Semantics follow the real server where a client could tell
+describe`, ConfigMaps and discovery.k8s.io/v1 EndpointSlices (what the DNS side reads),
+discovery documents, server-side Table printing for `kubectl get`, TLS, bearer tokens with
+expiry and client certificates. Semantics follow the real server where a client could tell
 the difference: resourceVersion increments on every real write and not on no-op patches, a
 patch whose metadata.resourceVersion is stale gets 409, a failed JSON patch `test` gets 422, a
 watch from a compacted resourceVersion gets a 410 ERROR event, status writes ignore spec and
 metadata and main-resource writes ignore status.
 
-Test control lives under /fake/ (no auth): fault injection, tokens, compaction, the request log.
+Test control lives under /fake/ (no auth): fault injection, tokens, compaction, the request log,
+watch events injected as given, certificate rotation, and a reset between test cases.
 Python 3 standard library only.
 """
 
 import argparse
+import base64
 import bisect
 import copy
 import datetime
@@ -119,16 +122,36 @@ def strategic_merge(target, patch, path=()):
 
 
 def merge_list(current, patch, key, path):
+    """A list merged by `key`, with the list directives of apimachinery's strategicpatch: every
+    `{"$patch": "delete", key: v}` first removes all live entries with that key (absent: no-op),
+    `{"$patch": "replace"}` makes the remaining items the whole list, `merge` and unknown
+    directives are errors, and an item without the merge key is a 400."""
     out = copy.deepcopy(current)
+    items, replace = [], False
     for item in patch:
-        if not isinstance(item, dict) or key not in item:
+        if not isinstance(item, dict):
+            raise ApiError(400, "BadRequest", "map: %s does not contain declared merge key: %s" % (item, key))
+        directive = item.get("$patch")
+        if directive is None:
+            items.append(item)
+        elif directive == "delete":
+            if key not in item:
+                raise ApiError(400, "BadRequest",
+                               "map: %s does not contain declared merge key: %s" % (item, key))
+            out = [e for e in out if not (isinstance(e, dict) and e.get(key) == item[key])]
+        elif directive == "replace":
+            replace = True
+        elif directive == "merge":
+            raise ApiError(400, "BadRequest", "merging lists cannot yet be specified in the patch")
+        else:
+            raise ApiError(400, "BadRequest", "Unknown patch type: %s in map: %s" % (directive, item))
+    if replace:
+        return [{k: v for k, v in i.items() if not k.startswith("$")} for i in items]
+    for item in items:
+        if key not in item:
             raise ApiError(400, "BadRequest",
                            "map: %s does not contain declared merge key: %s" % (item, key))
         idx = next((i for i, e in enumerate(out) if isinstance(e, dict) and e.get(key) == item[key]), None)
-        if item.get("$patch") == "delete":
-            if idx is not None:
-                out.pop(idx)
-            continue
         if idx is None:
             out.append({k: v for k, v in item.items() if not k.startswith("$")})
         else:
@@ -277,6 +300,7 @@ class State:
         self.rv = 100
         self.nodes = {}
         self.events = {}  # (ns, name) -> events.k8s.io/v1 object
+        self.objects = {}  # (plural, ns or "", name) -> object of a STORED_KINDS resource
         self.history = []  # (rv, type, node)
         self.history_rvs = []  # the rvs of history, for bisect
         self.oldest_rv = self.rv  # watches from before this get 410
@@ -286,6 +310,8 @@ class State:
         self.seq = 0
         self.watch_generation = 0  # bumping it ends every open watch (dropped connections)
         self.bookmark_interval = bookmark_interval
+        self.injected = {}  # node name -> watch events to deliver as they are (stale ones, for tests)
+        self.initial_tokens, self.initial_nodes = {}, []  # what /fake/reset goes back to
 
     def next_rv(self):
         self.rv += 1
@@ -570,17 +596,86 @@ def resource(name, kind, verbs, namespaced, short=None, singular=""):
     return r
 
 
+# Resources kept as plain objects, with the generic semantics of the real registry: create
+# resets status (set it through /status, as controllers do), main-resource writes ignore status,
+# list pages with limit/continue at the first page's resourceVersion, a continue token from before
+# a compaction gets 410. No controller runs: tests bind PVs and PVCs by patching their status.
+# (group/version, plural) -> (kind, namespaced)
+STORED_KINDS = {
+    ("v1", "persistentvolumes"): ("PersistentVolume", False),
+    ("v1", "persistentvolumeclaims"): ("PersistentVolumeClaim", True),
+    ("cdi.kubevirt.io/v1beta1", "datavolumes"): ("DataVolume", True),
+    ("v1", "configmaps"): ("ConfigMap", True),
+    ("discovery.k8s.io/v1", "endpointslices"): ("EndpointSlice", True),
+}
+STATUSLESS_KINDS = {"configmaps", "endpointslices"}  # these have no status at all
+STORED_VERBS = ["create", "delete", "get", "list", "patch", "update"]
+STORED_PATH_RE = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<gv>[^/]+/[^/]+))(?:/namespaces/(?P<ns>[^/]+))?"
+                            r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?$")
+STORED_COLUMNS = [
+    {"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0},
+    {"name": "Status", "type": "string", "format": "", "description": "status.phase", "priority": 0},
+    {"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp", "priority": 0},
+]
+
+
+def stored_table(items, rv):
+    rows = [{"cells": [o["metadata"]["name"], (o.get("status") or {}).get("phase", ""),
+                       age(o["metadata"].get("creationTimestamp"))],
+             "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                        "metadata": copy.deepcopy(o["metadata"])}} for o in items]
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": str(rv)},
+            "columnDefinitions": STORED_COLUMNS, "rows": rows}
+
+
+def openapi_v3(path):
+    """Just enough OpenAPI v3 for kubectl's validation: it asks whether a kind's PATCH takes
+    fieldValidation and, when it does, leaves validation to the server instead of downloading
+    schemas. Only the stored kinds are described; the fake itself validates little."""
+    gvs = sorted({gv for gv, _ in STORED_KINDS})
+
+    def rel(gv):
+        return "api/v1" if gv == "v1" else "apis/" + gv
+    if path == "/openapi/v3":
+        return {"paths": {rel(gv): {"serverRelativeURL": "/openapi/v3/%s?hash=fake" % rel(gv)} for gv in gvs}}
+    doc = {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.32.0"}, "paths": {},
+           "components": {"schemas": {}}}
+    for (gv, plural), (kind, namespaced) in STORED_KINDS.items():
+        if "/openapi/v3/" + rel(gv) != path:
+            continue
+        group, _, version = gv.rpartition("/")
+        base = "/" + rel(gv) + ("/namespaces/{namespace}" if namespaced else "") + "/" + plural
+        param = [{"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}}]
+        ext = {"group": group, "version": version, "kind": kind}
+        doc["paths"][base] = {"post": {"x-kubernetes-group-version-kind": ext, "parameters": param}}
+        doc["paths"][base + "/{name}"] = {"patch": {"x-kubernetes-group-version-kind": ext, "parameters": param},
+                                          "put": {"x-kubernetes-group-version-kind": ext, "parameters": param}}
+    if not doc["paths"]:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    return doc
+
+
 DISCOVERY = {
     "/api": {"kind": "APIVersions", "versions": ["v1"],
              "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:443"}]},
     "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+        {"name": "cdi.kubevirt.io", "versions": [{"groupVersion": "cdi.kubevirt.io/v1beta1", "version": "v1beta1"}],
+         "preferredVersion": {"groupVersion": "cdi.kubevirt.io/v1beta1", "version": "v1beta1"}},
         {"name": "events.k8s.io", "versions": [{"groupVersion": "events.k8s.io/v1", "version": "v1"}],
-         "preferredVersion": {"groupVersion": "events.k8s.io/v1", "version": "v1"}}]},
+         "preferredVersion": {"groupVersion": "events.k8s.io/v1", "version": "v1"}},
+        {"name": "discovery.k8s.io", "versions": [{"groupVersion": "discovery.k8s.io/v1", "version": "v1"}],
+         "preferredVersion": {"groupVersion": "discovery.k8s.io/v1", "version": "v1"}}]},
     "/api/v1": {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
         resource("nodes", "Node", ["create", "delete", "get", "list", "patch", "update", "watch"], False, ["no"], "node"),
         resource("nodes/status", "Node", ["get", "patch", "update"], False),
         resource("events", "Event", ["create", "get", "list", "patch", "watch"], True, ["ev"], "event"),
         resource("pods", "Pod", ["get", "list"], True, ["po"], "pod"),
+        resource("persistentvolumes", "PersistentVolume", STORED_VERBS, False, ["pv"], "persistentvolume"),
+        resource("persistentvolumes/status", "PersistentVolume", ["get", "patch", "update"], False),
+        resource("persistentvolumeclaims", "PersistentVolumeClaim", STORED_VERBS, True, ["pvc"],
+                 "persistentvolumeclaim"),
+        resource("persistentvolumeclaims/status", "PersistentVolumeClaim", ["get", "patch", "update"], True),
+        resource("configmaps", "ConfigMap", STORED_VERBS, True, ["cm"], "configmap"),
     ]},
     "/apis/events.k8s.io": {"kind": "APIGroup", "apiVersion": "v1", "name": "events.k8s.io",
                             "versions": [{"groupVersion": "events.k8s.io/v1", "version": "v1"}],
@@ -588,6 +683,21 @@ DISCOVERY = {
     "/apis/events.k8s.io/v1": {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "events.k8s.io/v1",
                                "resources": [resource("events", "Event", ["create", "get", "list", "patch", "watch"],
                                                       True, ["ev"], "event")]},
+    "/apis/cdi.kubevirt.io": {"kind": "APIGroup", "apiVersion": "v1", "name": "cdi.kubevirt.io",
+                              "versions": [{"groupVersion": "cdi.kubevirt.io/v1beta1", "version": "v1beta1"}],
+                              "preferredVersion": {"groupVersion": "cdi.kubevirt.io/v1beta1", "version": "v1beta1"}},
+    "/apis/cdi.kubevirt.io/v1beta1": {"kind": "APIResourceList", "apiVersion": "v1",
+                                      "groupVersion": "cdi.kubevirt.io/v1beta1", "resources": [
+                                          resource("datavolumes", "DataVolume", STORED_VERBS, True, ["dv"],
+                                                   "datavolume"),
+                                          resource("datavolumes/status", "DataVolume", ["get", "patch", "update"],
+                                                   True)]},
+    "/apis/discovery.k8s.io": {"kind": "APIGroup", "apiVersion": "v1", "name": "discovery.k8s.io",
+                               "versions": [{"groupVersion": "discovery.k8s.io/v1", "version": "v1"}],
+                               "preferredVersion": {"groupVersion": "discovery.k8s.io/v1", "version": "v1"}},
+    "/apis/discovery.k8s.io/v1": {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "discovery.k8s.io/v1",
+                                  "resources": [resource("endpointslices", "EndpointSlice", STORED_VERBS, True,
+                                                         None, "endpointslice")]},
     "/version": {"major": "1", "minor": "32", "gitVersion": "v1.32.0-nodegate-fake", "gitCommit": "fake",
                  "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23",
                  "compiler": "gc", "platform": "linux/amd64"},
@@ -804,6 +914,11 @@ class Handler(BaseHTTPRequestHandler):
         mm = re.match(r"^/apis/coordination\.k8s\.io/v1/namespaces/([^/]+)/leases/([^/]+)$", path)
         if mm and m == "GET":
             raise not_found("leases.coordination.k8s.io", mm.group(2))
+        mm = STORED_PATH_RE.match(path)
+        if mm and (mm.group("core") or mm.group("gv"), mm.group("plural")) in STORED_KINDS:
+            return self._stored(mm, query, body)
+        if m == "GET" and path.startswith("/openapi/v3"):
+            return self._send_json(200, openapi_v3(path))
         if path.startswith("/openapi") or path.startswith("/apis/"):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
@@ -880,10 +995,11 @@ class Handler(BaseHTTPRequestHandler):
             next_bookmark = time.time() + st.bookmark_interval
             m = re.match(r"^metadata\.name=([^,=!]+)$", sel or "")
             cond = st.cond_for(m.group(1)) if m else st.lock
+            watched = m.group(1) if m else None
             while True:
                 with st.lock:
                     new = st.since(last)
-                    if not new and st.watch_generation == gen:
+                    if not new and not st.injected.get(watched) and st.watch_generation == gen:
                         wait = min(deadline, next_bookmark) - time.time()
                         if wait > 0:
                             cond.wait(min(wait, 5.0))
@@ -891,6 +1007,9 @@ class Handler(BaseHTTPRequestHandler):
                     if st.watch_generation != gen:
                         raise ConnectionResetError("watch dropped by control")
                     current = st.rv
+                    injected = st.injected.pop(watched, []) if watched else []
+                for k, n in injected:
+                    send(k, n)  # as the test gave it: the resourceVersion may go backwards
                 for rv, k, n in new:
                     last = rv
                     if match(n):
@@ -961,6 +1080,150 @@ class Handler(BaseHTTPRequestHandler):
             st.events[(ns, name)] = new
             return self._send_json(200, new)
 
+    # ----- stored objects (STORED_KINDS) -----
+    def _stored(self, mm, query, body):
+        st = self.server.state
+        gv, plural, ns, name, sub = (mm.group("core") or mm.group("gv"), mm.group("plural"), mm.group("ns"),
+                                     mm.group("name"), mm.group("sub") or "")
+        kind, namespaced = STORED_KINDS[(gv, plural)]
+        if ns and not namespaced:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if namespaced and name and not ns:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        key = (plural, ns or "", name)
+        m = self.command
+        if not name:
+            if m == "GET" and query.get("watch") not in ("true", "1"):
+                return self._list_stored(gv, plural, kind, ns, query)
+            if m == "POST" and (ns or not namespaced):
+                return self._send_json(201, self._create_stored(gv, plural, kind, ns, body))
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        with st.lock:
+            cur = st.objects.get(key)
+            if cur is None:
+                raise not_found(plural, name)
+            if m == "GET":
+                if self._wants_table():
+                    return self._send_json(200, stored_table([cur], cur["metadata"]["resourceVersion"]))
+                return self._send_json(200, copy.deepcopy(cur))
+            if m == "DELETE" and not sub:
+                del st.objects[key]
+                gone = copy.deepcopy(cur)
+                gone["metadata"]["resourceVersion"] = str(st.next_rv())
+                return self._send_json(200, gone)
+            if m in ("PATCH", "PUT"):
+                try:
+                    doc = json.loads(body or b"null")
+                except ValueError as e:
+                    raise ApiError(400, "BadRequest", "error decoding body: %s" % e)
+                ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+                if m == "PUT":
+                    new = doc
+                elif ctype == "application/merge-patch+json":
+                    new = merge_patch(cur, doc)
+                elif ctype == "application/strategic-merge-patch+json":
+                    new = strategic_merge(cur, doc)
+                elif ctype == "application/json-patch+json":
+                    new = json_patch(cur, doc)
+                else:
+                    raise ApiError(415, "UnsupportedMediaType", "unsupported patch type %r" % ctype)
+                if not isinstance(new, dict) or (new.get("metadata") or {}).get("name") != name:
+                    raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+                want_rv = new["metadata"].get("resourceVersion")
+                if want_rv and want_rv != cur["metadata"]["resourceVersion"]:
+                    raise ApiError(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": the object has '
+                                   "been modified; please apply your changes to the latest version and try again"
+                                   % (plural, name), {"name": name, "kind": plural})
+                merged = copy.deepcopy(cur)
+                if sub == "status":
+                    merged["status"] = new.get("status", {})
+                else:
+                    merged = {k: copy.deepcopy(v) for k, v in new.items() if k != "status"}
+                    if plural not in STATUSLESS_KINDS:
+                        merged["status"] = copy.deepcopy(cur.get("status", {}))
+                    for k in ("uid", "creationTimestamp", "namespace"):
+                        if k in cur["metadata"]:
+                            merged["metadata"][k] = cur["metadata"][k]
+                merged["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
+                if merged != cur:
+                    merged["metadata"]["resourceVersion"] = str(st.next_rv())
+                    st.objects[key] = merged
+                return self._send_json(200, copy.deepcopy(merged))
+        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    def _create_stored(self, gv, plural, kind, ns, body):
+        st = self.server.state
+        try:
+            obj = json.loads(body)
+        except ValueError as e:
+            raise ApiError(400, "BadRequest", "error decoding body: %s" % e)
+        md = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(md, dict) or not md.get("name"):
+            raise ApiError(422, "Invalid", "%s is invalid: metadata.name: Required value" % kind)
+        if not DNS_SUBDOMAIN_RE.match(md["name"]):
+            raise ApiError(422, "Invalid", '%s "%s" is invalid: metadata.name: Invalid value' % (kind, md["name"]))
+        if ns and md.get("namespace", ns) != ns:
+            raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the namespace "
+                           "sent on the request")
+        with st.lock:
+            key = (plural, ns or "", md["name"])
+            if key in st.objects:
+                raise ApiError(409, "AlreadyExists", '%s "%s" already exists' % (plural, md["name"]),
+                               {"name": md["name"], "kind": plural})
+            obj = copy.deepcopy(obj)
+            obj.update({"apiVersion": gv, "kind": kind})
+            obj["metadata"].update({"uid": str(uuid.uuid4()), "creationTimestamp": now_rfc3339(),
+                                    "resourceVersion": str(st.next_rv())})
+            if ns:
+                obj["metadata"]["namespace"] = ns
+            # Status is the controllers' to write, through the status subresource.
+            if plural not in STATUSLESS_KINDS:
+                obj["status"] = {"phase": "Pending"} if plural != "datavolumes" else {}
+            st.objects[key] = obj
+            return copy.deepcopy(obj)
+
+    def _list_stored(self, gv, plural, kind, ns, query):
+        st = self.server.state
+        rv_q, match = query.get("resourceVersion", ""), query.get("resourceVersionMatch", "")
+        with st.lock:
+            if rv_q not in ("", "0"):
+                try:
+                    want = int(rv_q)
+                except ValueError:
+                    raise ApiError(400, "BadRequest", "invalid resourceVersion %r" % rv_q)
+                if want > st.rv:
+                    raise ApiError(504, "Timeout", "Too large resource version: %d, current: %d" % (want, st.rv))
+                if match == "Exact" and want < st.oldest_rv:
+                    raise ApiError(410, "Expired", "too old resource version: %d (%d)" % (want, st.oldest_rv))
+            start, list_rv = ("", ""), st.rv
+            if query.get("continue"):
+                try:
+                    tok = json.loads(base64.urlsafe_b64decode(query["continue"].encode()))
+                    start, list_rv = tuple(tok["start"]), int(tok["rv"])
+                except (ValueError, KeyError, TypeError):
+                    raise ApiError(400, "BadRequest", "continue key is not valid")
+                if list_rv < st.oldest_rv:
+                    raise ApiError(410, "Expired", "The provided continue parameter is too old to display a "
+                                   "consistent list result. You can start a new list without the continue parameter.")
+            items = sorted(((k[1], k[2]), o) for k, o in st.objects.items()
+                           if k[0] == plural and (not ns or k[1] == ns))
+            items = [o for (pos, o) in items if pos > start
+                     and label_selector_match(query.get("labelSelector"), o["metadata"].get("labels") or {})
+                     and field_selector_match(query.get("fieldSelector"), lambda f, o=o: {
+                         "metadata.name": o["metadata"]["name"],
+                         "metadata.namespace": o["metadata"].get("namespace", "")}.get(f))]
+            limit = int(query.get("limit") or 0)
+            md = {"resourceVersion": str(list_rv)}
+            if limit > 0 and len(items) > limit:
+                items = items[:limit]
+                last = items[-1]["metadata"]
+                md["continue"] = base64.urlsafe_b64encode(json.dumps(
+                    {"rv": list_rv, "start": [last.get("namespace", ""), last["name"]]}).encode()).decode()
+            items = copy.deepcopy(items)
+        if self._wants_table():
+            return self._send_json(200, stored_table(items, list_rv))
+        return self._send_json(200, {"kind": kind + "List", "apiVersion": gv, "metadata": md, "items": items})
+
     # ----- test control -----
     def _control(self, path, query, body):
         st = self.server.state
@@ -1002,6 +1265,34 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send_json(200, st.nodes)
             if path == "/fake/events" and m == "GET":
                 return self._send_json(200, list(st.events.values()))
+            if path == "/fake/watch-events" and m == "POST":
+                # Delivered to the open watches of that node as given, e.g. an old copy of it.
+                st.injected.setdefault(data["node"], []).append((data.get("type", "MODIFIED"), data["object"]))
+                st.cond_for(data["node"]).notify_all()
+                return self._send_json(200, {"ok": True})
+            if path == "/fake/watch-events" and m == "GET":
+                return self._send_json(200, {"pending": sum(len(v) for v in st.injected.values())})
+            if path == "/fake/reset" and m == "POST":
+                # Between test cases sharing one server: no objects, faults, extra tokens or
+                # history (so old watches get 410), every watch dropped. The request log starts
+                # over; its sequence numbers keep counting.
+                st.nodes, st.events, st.objects, st.faults, st.injected, st.log = {}, {}, {}, [], {}, []
+                st.tokens = dict(st.initial_tokens)
+                st.rv += 1
+                st.oldest_rv = st.rv
+                st.history, st.history_rvs = [], []
+                st.watch_generation += 1
+                st.wake_all()
+                for n in st.initial_nodes:
+                    st.create_node(st.new_node(n))
+                self.server.set_tls(None, keep=self.connection)
+                return self._send_json(200, {"ok": True, "rv": st.rv})
+        if path == "/fake/tls" and m == "POST":
+            # Serve a certificate from another CA (made in tls_dir when missing) from now on and
+            # close every open connection, as an API server restarted with rotated certificates.
+            ensure_certs(data["tls_dir"])
+            self.server.set_tls(data["tls_dir"], keep=self.connection)
+            return self._send_json(200, {"ok": True})
         if path == "/fake/nodes" and m == "POST":
             node = st.new_node(data["name"], data.get("labels"))
             return self._send_json(201, st.create_node(node))
@@ -1009,7 +1300,9 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def ensure_certs(tls_dir):
-    """A throwaway CA, a server certificate for 127.0.0.1/localhost and a client certificate."""
+    """A throwaway CA, a server certificate for 127.0.0.1/localhost and a client certificate.
+    P-256 keys: an RSA-2048 key takes seconds on a loaded CI machine and every test server makes
+    three; API servers serve ECDSA certificates just as well."""
     os.makedirs(tls_dir, exist_ok=True)
     if os.path.exists(os.path.join(tls_dir, "client.crt")):
         return
@@ -1017,20 +1310,29 @@ def ensure_certs(tls_dir):
     def run(*args):
         subprocess.run(list(args), check=True, cwd=tls_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+    run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
         "-days", "2", "-subj", "/CN=nodegate-fake-ca")
     with open(os.path.join(tls_dir, "san.ext"), "w") as f:
         f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
-    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+    run("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "server.key", "-out", "server.csr",
         "-subj", "/CN=localhost")
     run("openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
         "-out", "server.crt", "-days", "2", "-extfile", "san.ext")
     with open(os.path.join(tls_dir, "client.ext"), "w") as f:
         f.write("extendedKeyUsage=clientAuth\n")
-    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "client.key", "-out", "client.csr",
+    run("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "client.key", "-out", "client.csr",
         "-subj", "/CN=system:node:test/O=system:nodes")
     run("openssl", "x509", "-req", "-in", "client.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
         "-out", "client.crt", "-days", "2", "-extfile", "client.ext")
+
+
+def make_ssl_context(tls_dir):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(os.path.join(tls_dir, "server.crt"), os.path.join(tls_dir, "server.key"))
+    ctx.load_verify_locations(os.path.join(tls_dir, "ca.crt"))
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
 
 
 class Server(ThreadingHTTPServer):
@@ -1038,17 +1340,45 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 1024
 
-    def __init__(self, addr, state, ssl_ctx):
+    def __init__(self, addr, state, ssl_ctx, tls_dir=None):
         self.state = state
         self.ssl_ctx = ssl_ctx
+        self.tls_dir = self.first_tls_dir = tls_dir
+        self.conns = set()  # open client sockets, closed on a certificate change
+        self.conns_lock = threading.Lock()
         super().__init__(addr, Handler)
+
+    def set_tls(self, tls_dir, keep=None):
+        """Serves the certificates in tls_dir (None: the ones from the start) to new connections
+        and closes the open ones (but `keep`, the caller's) when that changes anything."""
+        tls_dir = tls_dir or self.first_tls_dir
+        if not self.ssl_ctx or tls_dir == self.tls_dir:
+            return
+        self.ssl_ctx = make_ssl_context(tls_dir)
+        self.tls_dir = tls_dir
+        with self.conns_lock:
+            conns = list(self.conns)
+        for c in conns:
+            if c is keep:
+                continue
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def get_request(self):
         sock, addr = super().get_request()
         if self.ssl_ctx:
             # The handshake happens in the handler thread so one slow client cannot stall accept().
             sock = self.ssl_ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        with self.conns_lock:
+            self.conns.add(sock)
         return sock, addr
+
+    def shutdown_request(self, request):
+        with self.conns_lock:
+            self.conns.discard(request)
+        super().shutdown_request(request)
 
     def finish_request(self, request, client_address):
         if isinstance(request, ssl.SSLSocket):
@@ -1076,6 +1406,8 @@ def main():
     state = State(args.bookmark_interval)
     for t in args.token:
         state.tokens[t] = None
+    state.initial_tokens = dict(state.tokens)
+    state.initial_nodes = list(args.node)
     for n in args.node:
         state.create_node(state.new_node(n))
 
@@ -1084,17 +1416,13 @@ def main():
         if not args.tls_dir:
             ap.error("--tls-dir is required unless --plain")
         ensure_certs(args.tls_dir)
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(os.path.join(args.tls_dir, "server.crt"), os.path.join(args.tls_dir, "server.key"))
-        ctx.load_verify_locations(os.path.join(args.tls_dir, "ca.crt"))
-        ctx.verify_mode = ssl.CERT_OPTIONAL
-        ctx.set_alpn_protocols(["http/1.1"])
+        ctx = make_ssl_context(args.tls_dir)
 
     ports = [args.port] if args.port else range(*(lambda a, b: (int(a), int(b) + 1))(*args.port_range.split("-")))
     server = None
     for p in ports:
         try:
-            server = Server(("127.0.0.1", p), state, ctx)
+            server = Server(("127.0.0.1", p), state, ctx, None if args.plain else args.tls_dir)
             break
         except OSError:
             continue

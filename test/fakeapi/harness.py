@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -129,6 +130,21 @@ def scalar(x):
     if isinstance(x, (dict, list)):
         return "{}" if isinstance(x, dict) else "[]"
     return json.dumps(str(x))
+
+
+def free_port(lo, hi):
+    """A free 127.0.0.1 port of a test's range, searched from the top: FakeApi takes ports from
+    the bottom of the same range."""
+    for p in range(hi, lo - 1, -1):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", p))
+            return p
+        except OSError:
+            continue
+        finally:
+            s.close()
+    raise RuntimeError("no free port in %d-%d" % (lo, hi))
 
 
 def eventually(pred, timeout=10.0, interval=0.05):

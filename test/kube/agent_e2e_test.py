@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,23 +21,12 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "fakeapi"))
-from harness import FakeApi, eventually  # noqa: E402
+from harness import FakeApi, eventually, free_port  # noqa: E402
 
 NODE = "e2e-node"
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 
 
-def free_port(lo=19300, hi=19399):
-    for p in range(hi, lo - 1, -1):  # from the top: the fake servers take ports from the bottom
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", p))
-            return p
-        except OSError:
-            continue
-        finally:
-            s.close()
-    raise RuntimeError("no free port in %d-%d" % (lo, hi))
 
 
 class AgentE2E(unittest.TestCase):
@@ -68,7 +56,7 @@ class AgentE2E(unittest.TestCase):
 
     @classmethod
     def start_agent(cls):
-        cls.metrics_port = free_port()
+        cls.metrics_port = free_port(19300, 19399)
         cls.agent = subprocess.Popen(
             [cls.binary, "agent", "--host-root", cls.root, "--kube", "kubeconfig", "--kubeconfig",
              cls.api.kubeconfig, "--node-name", NODE, "--config", cls.config, "--taint", "--resync", "1",

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "kube/client.h"
+#include "kube/cluster_dns.h"
 #include "kube/yaml_lite.h"
 
 namespace nodegate::kube {
@@ -129,11 +130,14 @@ users:
   EXPECT_FALSE(parseKubeconfig("- not a map\n", "/"));
 }
 
+std::string pemOf(const std::string& der);
+
 TEST(InCluster, ReadsEnvAndServiceAccountDir) {
   auto dir = std::filesystem::temp_directory_path() / ("nodegate-kube-sa-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "token") << "tok-1\n";
-  std::ofstream(dir / "ca.crt") << "ca";
+  const std::string ca = pemOf("\x30\x82\x01\x0a" + std::string(200, 'c'));
+  std::ofstream(dir / "ca.crt") << ca;
   ::setenv("KUBERNETES_SERVICE_HOST", "fd00::1", 1);
   ::setenv("KUBERNETES_SERVICE_PORT", "443", 1);
   ASSERT_TRUE(inClusterAvailable(dir.string()));
@@ -144,7 +148,7 @@ TEST(InCluster, ReadsEnvAndServiceAccountDir) {
   EXPECT_EQ(creds.token(), "tok-1");
   std::ofstream(dir / "token") << "tok-2\n";
   EXPECT_EQ(creds.token(), "tok-2");
-  EXPECT_EQ(creds.caPem(), "ca");
+  EXPECT_EQ(creds.caPem(), ca);
   ::unsetenv("KUBERNETES_SERVICE_HOST");
   EXPECT_FALSE(inClusterAvailable(dir.string()));
   EXPECT_FALSE(loadInCluster(dir.string()));
@@ -208,6 +212,136 @@ TEST(Base64, DecodesAndRejects) {
   EXPECT_TRUE(ok);
   base64Decode("not*base64", &ok);
   EXPECT_FALSE(ok);
+}
+
+// A PEM block around `der` (base64 by hand: the test must not trust the code it tests).
+std::string pemOf(const std::string& der) {
+  static constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string b;
+  for (std::size_t i = 0; i < der.size(); i += 3) {
+    unsigned n = static_cast<unsigned char>(der[i]) << 16;
+    if (i + 1 < der.size()) n |= static_cast<unsigned char>(der[i + 1]) << 8;
+    if (i + 2 < der.size()) n |= static_cast<unsigned char>(der[i + 2]);
+    b += kB64[(n >> 18) & 63];
+    b += kB64[(n >> 12) & 63];
+    b += i + 1 < der.size() ? kB64[(n >> 6) & 63] : '=';
+    b += i + 2 < der.size() ? kB64[n & 63] : '=';
+  }
+  return "-----BEGIN CERTIFICATE-----\n" + b + "\n-----END CERTIFICATE-----\n";
+}
+
+TEST(CaBundle, AcceptsCertificateBlocksAndRefusesTheRest) {
+  std::string der = "\x30\x82\x01\x0a" + std::string(300, 'x');
+  auto one = checkCaBundle(pemOf(der));
+  ASSERT_TRUE(one) << one.error().message;
+  EXPECT_EQ(*one, 1);
+  auto two = checkCaBundle("# comment\n" + pemOf(der) + pemOf(der));
+  ASSERT_TRUE(two);
+  EXPECT_EQ(*two, 2);
+  for (const std::string& bad :
+       {std::string(), std::string("garbage\n"), pemOf("not a DER sequence but long enough to pass the size check"),
+        pemOf(der).substr(0, 60),  // written half-way: no END line
+        pemOf(der) + "-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n"}) {
+    auto r = checkCaBundle(bad);
+    EXPECT_FALSE(r) << bad;
+    if (!r) {
+      EXPECT_FALSE(r.error().message.empty());
+    }
+  }
+}
+
+TEST(CaBundle, GarbageReplacingAGoodFileKeepsTheGoodOne) {
+  auto dir = std::filesystem::temp_directory_path() / ("nodegate-ca-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto file = dir / "ca.crt";
+  std::string good = pemOf("\x30\x82\x01\x0a" + std::string(300, 'y'));
+  std::ofstream(file) << good;
+  ClientConfig c;
+  c.ca_file = file.string();
+  Credentials creds(c);
+  EXPECT_EQ(creds.caPem(), good);
+  EXPECT_EQ(creds.caError(), "");
+  std::ofstream(dir / "tmp") << "oops";
+  std::filesystem::rename(dir / "tmp", file);
+  EXPECT_EQ(creds.caPem(), good);
+  EXPECT_NE(creds.caError().find("failed to load kubernetes ca " + file.string() + ": no PEM certificate"),
+            std::string::npos)
+      << creds.caError();
+  std::filesystem::remove(file);  // a missing file (mid-swap) also keeps the last good one
+  EXPECT_EQ(creds.caPem(), good);
+  EXPECT_NE(creds.caError().find("failed to read kubernetes ca"), std::string::npos);
+  std::string next = pemOf("\x30\x82\x01\x0a" + std::string(300, 'z'));
+  std::ofstream(dir / "tmp") << next;
+  std::filesystem::rename(dir / "tmp", file);
+  EXPECT_EQ(creds.caPem(), next);
+  EXPECT_EQ(creds.caError(), "");
+  std::filesystem::remove_all(dir);
+}
+
+// --- cluster DNS facts from literal API responses ---------------------------------------------
+
+HttpResponse reply(long code, std::string body) {
+  HttpResponse r;
+  r.code = code;
+  r.body = std::move(body);
+  return r;
+}
+
+TEST(ClusterDnsRead, CiliumConfigMapAnswers) {
+  ClusterDnsOptions o;
+  ClusterDnsFacts f;
+  readCiliumConfig(reply(200, R"({"kind":"ConfigMap","data":{"kube-proxy-replacement":"true"}})"), o, f);
+  EXPECT_EQ(f.cilium_read, ApiRead::Ok);
+  EXPECT_TRUE(f.cilium.predictsIncident());  // KPR turns socket LB on everywhere by default
+  readCiliumConfig(reply(404, R"({"kind":"Status","code":404})"), o, f);
+  EXPECT_EQ(f.cilium_read, ApiRead::NotFound);
+  EXPECT_FALSE(f.cilium.known);  // nothing left over from the previous read
+  EXPECT_EQ(f.cilium_detail, "no Cilium: configmap kube-system/cilium-config does not exist");
+  readCiliumConfig(reply(403, R"({"kind":"Status","code":403,"message":"forbidden by RBAC"})"), o, f);
+  EXPECT_EQ(f.cilium_read, ApiRead::Forbidden);
+  EXPECT_NE(f.cilium_detail.find("HTTP 403: forbidden by RBAC"), std::string::npos) << f.cilium_detail;
+  HttpResponse down;
+  down.error = "Couldn't connect to server";
+  readCiliumConfig(down, o, f);
+  EXPECT_EQ(f.cilium_read, ApiRead::Failed);
+  EXPECT_NE(f.cilium_detail.find("Couldn't connect"), std::string::npos);
+  readCiliumConfig(reply(200, "[1,2]"), o, f);
+  EXPECT_EQ(f.cilium_read, ApiRead::Failed);
+  EXPECT_NE(f.cilium_detail.find("failed to parse cilium-config"), std::string::npos) << f.cilium_detail;
+}
+
+TEST(ClusterDnsRead, EndpointSlices) {
+  ClusterDnsOptions o;
+  ClusterDnsFacts f;
+  readDnsEndpoints(reply(200, R"({"kind":"EndpointSliceList","items":[
+      {"endpoints":[{"addresses":["10.0.0.5"],"nodeName":"n1"},
+                    {"addresses":["10.0.0.6","10.0.0.7"],"conditions":{"ready":false}},
+                    {"conditions":{"ready":true}}]},
+      {"addressType":"IPv6","endpoints":[{"addresses":["fd00::5"],"conditions":{"ready":true}}]},
+      {"endpoints":null}]})"),
+                   o, f);
+  ASSERT_EQ(f.endpoints_read, ApiRead::Ok) << f.endpoints_detail;
+  ASSERT_EQ(f.dns_endpoints.size(), 4u);
+  EXPECT_EQ(f.dns_endpoints[0].address, "10.0.0.5");
+  EXPECT_EQ(f.dns_endpoints[0].node, "n1");
+  EXPECT_TRUE(f.dns_endpoints[0].ready);  // unset conditions.ready means ready
+  EXPECT_FALSE(f.dns_endpoints[2].ready);
+  EXPECT_EQ(f.dns_endpoints[3].address, "fd00::5");
+  readDnsEndpoints(reply(200, R"({"items":"nope"})"), o, f);
+  EXPECT_EQ(f.endpoints_read, ApiRead::Failed);
+  EXPECT_TRUE(f.dns_endpoints.empty());
+  readDnsEndpoints(reply(403, "{}"), o, f);
+  EXPECT_EQ(f.endpoints_read, ApiRead::Forbidden);
+}
+
+TEST(ClusterDnsRead, PathsAreEscaped) {
+  ClusterDnsOptions o;
+  EXPECT_EQ(ciliumConfigPath(o), "/api/v1/namespaces/kube-system/configmaps/cilium-config");
+  EXPECT_EQ(dnsEndpointSlicesPath(o),
+            "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices?labelSelector="
+            "kubernetes.io%2Fservice-name%3Dkube-dns");
+  o.dns_service = "a&b";
+  EXPECT_NE(dnsEndpointSlicesPath(o).find("a%26b"), std::string::npos);
 }
 
 }  // namespace

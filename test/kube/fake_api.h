@@ -22,8 +22,9 @@ namespace nodegate::testing {
 
 class FakeApi {
  public:
-  // dir_tag keeps parallel test binaries apart; ports come from 19300-19399.
-  explicit FakeApi(const std::string& dir_tag, const std::string& nodes = "node-a") {
+  // dir_tag keeps parallel test binaries apart; the port is the first free one in port_range.
+  explicit FakeApi(const std::string& dir_tag, const std::string& nodes = "node-a",
+                   const std::string& port_range = "19300-19399") {
     dir_ = std::filesystem::temp_directory_path() /
            ("nodegate-fakeapi-" + dir_tag + "-" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
@@ -35,7 +36,8 @@ class FakeApi {
       std::string tls = (dir_ / "tls").string();
       std::freopen((dir_ / "server.log").c_str(), "w", stderr);
       std::vector<std::string> args = {"python3", script, "--tls-dir", tls, "--port-file", port_file,
-                                       "--token", "token-a", "--bookmark-interval", "1"};
+                                       "--token", "token-a", "--bookmark-interval", "1",
+                                       "--port-range", port_range};
       std::stringstream ss(nodes);
       for (std::string n; std::getline(ss, n, ',');) {
         args.push_back("--node");
@@ -90,8 +92,9 @@ class FakeApi {
   Reply call(const std::string& method, const std::string& path, const nlohmann::json& body = nullptr,
              const std::string& content_type = "application/json") const {
     CURL* c = curl_easy_init();
+    if (!c) return {};
     std::string url = server_ + path, out, data = body.is_null() ? "" : body.dump();
-    std::string ca = caFile();
+    std::string ca = trust_.empty() ? caFile() : trust_;
     curl_slist* h = nullptr;
     h = curl_slist_append(h, ("Content-Type: " + content_type).c_str());
     h = curl_slist_append(h, "Authorization: Bearer token-a");
@@ -127,11 +130,28 @@ class FakeApi {
   void fault(const nlohmann::json& f) const { call("POST", "/fake/faults", f); }
   void clearFaults() const { call("DELETE", "/fake/faults"); }
 
+  // Back to a fresh server between test cases (see /fake/reset in fake_apiserver.py).
+  void reset() {
+    // Still trusting a rotated CA here: the server goes back to the first one as it answers.
+    if (call("POST", "/fake/reset").code != 200) throw std::runtime_error("failed to reset fake apiserver");
+    trust_.clear();
+  }
+  // The server switches to a certificate from a new CA made in `tls_dir` (ca.crt there); these
+  // helpers trust both CAs from then on, until reset().
+  void rotateTls(const std::filesystem::path& tls_dir) {
+    if (call("POST", "/fake/tls", {{"tls_dir", tls_dir.string()}}).code != 200)
+      throw std::runtime_error("failed to rotate the fake apiserver's certificate");
+    std::ofstream out(dir_ / "trust.pem");
+    out << std::ifstream(caFile()).rdbuf() << std::ifstream(tls_dir / "ca.crt").rdbuf();
+    trust_ = (dir_ / "trust.pem").string();
+  }
+
  private:
   std::filesystem::path dir_;
   pid_t pid_ = -1;
   int port_ = 0;
   std::string server_;
+  std::string trust_;  // CA bundle for call() after rotateTls()
 };
 
 // Polls `pred` until it holds or `timeout` passes.

@@ -1,16 +1,19 @@
 // The publisher against the fake API server over real TLS and HTTP: what lands on the Node,
-// what does not get written, and recovery from each kind of fault.
+// what does not get written, recovery from each kind of fault, CA rotation, stale watch
+// events, and the read-only DNS facts (Cilium's ConfigMap, CoreDNS's EndpointSlices).
 #include <gtest/gtest.h>
-
-#include <thread>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <prometheus/registry.h>
 
 #include "fake_api.h"
 #include "kube/publisher.h"
+#include "nodegate/config.h"
+#include "nodegate/host_root.h"
 #include "nodegate/log.h"
 
 namespace nodegate::kube {
@@ -43,18 +46,25 @@ Snapshot snapshot(bool kvm_ok) {
   return s;
 }
 
+// One fake API server for the whole binary (ctest runs the binary once, see CMakeLists.txt):
+// starting one costs seconds of Python and openssl, and every case resets it instead.
+class FakeApiEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (std::getenv("NODEGATE_TEST_DEBUG")) log::setLevel(log::Level::Debug);
+    api = std::make_unique<FakeApi>("pub", "node-a", "19200-19299");  // this suite's ports
+  }
+  void TearDown() override { api.reset(); }
+  static inline std::unique_ptr<FakeApi> api;
+};
+const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new FakeApiEnvironment);
+
 class PublisherFake : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    if (std::getenv("NODEGATE_TEST_DEBUG")) log::setLevel(log::Level::Debug);
-    api_ = new FakeApi("pub");
-  }
-  static void TearDownTestSuite() {
-    delete api_;
-    api_ = nullptr;
-  }
-
   void SetUp() override {
+    api_ = FakeApiEnvironment::api.get();
+    ASSERT_NE(api_, nullptr);
+    api_->reset();
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     node_ = std::string("n-") + info->name();
     for (auto& ch : node_)
@@ -62,9 +72,7 @@ class PublisherFake : public ::testing::Test {
                ? static_cast<char>(std::tolower(static_cast<unsigned char>(ch)))
                : '-';
     ASSERT_EQ(api_->call("POST", "/fake/nodes", {{"name", node_}}).code, 201);
-    api_->clearFaults();
   }
-  void TearDown() override { api_->clearFaults(); }
 
   PublisherOptions options(bool taint = false) {
     PublisherOptions o;
@@ -154,12 +162,10 @@ class PublisherFake : public ::testing::Test {
            c["status"] == (kvm_ok ? "True" : "False") && hasTaint() == taint;
   }
 
-  static FakeApi* api_;
+  FakeApi* api_ = nullptr;
   std::string node_;
   prometheus::Registry registry_;
 };
-
-FakeApi* PublisherFake::api_ = nullptr;
 
 TEST_F(PublisherFake, WritesLabelsConditionsAndOwnership) {
   auto pub = start(options());
@@ -424,6 +430,308 @@ TEST_F(PublisherFake, InClusterConfig) {
   auto pub = start(options(), *c);
   pub->publish(snapshot(true));
   EXPECT_TRUE(eventually([&] { return converged(true, false); }));
+}
+
+}  // namespace
+}  // namespace nodegate::kube
+
+namespace nodegate::kube {
+namespace {
+
+// --- CA rotation: the CA file is reloaded when it changes, garbage in it is refused ----------
+
+class CaRotation : public PublisherFake {
+ protected:
+  void SetUp() override {
+    PublisherFake::SetUp();
+    ca_ = api_->dir() / ("ca-" + node_ + ".crt");
+    std::filesystem::copy_file(api_->caFile(), ca_, std::filesystem::copy_options::overwrite_existing);
+    ClientConfig c = client();
+    c.ca_file = ca_.string();
+    c.ca_pem.clear();
+    creds_ = std::make_unique<Credentials>(c);
+    http_ = std::make_unique<HttpClient>(*creds_, limiter_, stop_, requestCounter(registry_));
+  }
+  // As the kubelet updates a projected volume: the new content appears at once, never half.
+  void replaceCa(const std::string& content) {
+    auto tmp = ca_.string() + ".tmp";
+    std::ofstream(tmp) << content;
+    std::filesystem::rename(tmp, ca_);
+  }
+  static std::string slurp(const std::filesystem::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  HttpResponse get() { return http_->request("get", "GET", "/api/v1/nodes/" + node_); }
+  std::filesystem::path rotated() { return api_->dir() / ("tls-" + node_); }
+
+  std::filesystem::path ca_;
+  RateLimiter limiter_{100, 100};
+  Stopper stop_;
+  std::unique_ptr<Credentials> creds_;
+  std::unique_ptr<HttpClient> http_;
+};
+
+TEST_F(CaRotation, NewCaFileIsUsedWithoutRestart) {
+  ASSERT_EQ(get().code, 200) << get().error;
+  api_->rotateTls(rotated());
+  // The server now presents a certificate from a CA the client does not know yet.
+  auto r = get();
+  EXPECT_EQ(r.code, 0);
+  EXPECT_FALSE(r.error.empty());
+  replaceCa(slurp(rotated() / "ca.crt"));
+  r = get();
+  EXPECT_EQ(r.code, 200) << r.error;
+  EXPECT_EQ(creds_->caError(), "");
+}
+
+TEST_F(CaRotation, GarbageCaFileKeepsTheOldCaUntilItFails) {
+  ASSERT_EQ(get().code, 200);
+  replaceCa("-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n");
+  // The old CA still verifies the server: nothing breaks, but the error is there to see.
+  auto r = get();
+  EXPECT_EQ(r.code, 200) << r.error;
+  EXPECT_NE(creds_->caError().find("failed to load kubernetes ca " + ca_.string()), std::string::npos)
+      << creds_->caError();
+  EXPECT_NE(creds_->caError().find("not valid base64 DER"), std::string::npos) << creds_->caError();
+  // Once the server moves to the new CA, the failure names the refused file.
+  api_->rotateTls(rotated());
+  r = get();
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.error.find("failed to load kubernetes ca"), std::string::npos) << r.error;
+  // A proper bundle fixes it, still without a restart.
+  replaceCa(slurp(rotated() / "ca.crt"));
+  r = get();
+  EXPECT_EQ(r.code, 200) << r.error;
+}
+
+TEST_F(CaRotation, GarbageCaFileAtStartIsAClearErrorNotTheSystemCas) {
+  replaceCa("this is not a certificate\n");
+  Credentials fresh(creds_->config());
+  HttpClient http(fresh, limiter_, stop_, requestCounter(registry_));
+  auto r = http.request("get", "GET", "/api/v1/nodes/" + node_);
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.error.find("no PEM certificate"), std::string::npos) << r.error;
+  EXPECT_GT(counter("get", "error"), 0);
+}
+
+// --- stale conditions: $patch delete, end to end, read back with kubectl -----------------------
+
+std::string kubectlPath() {
+  for (const char* p : {"/usr/local/bin/kubectl", "/usr/bin/kubectl"})
+    if (::access(p, X_OK) == 0) return p;
+  return {};
+}
+
+TEST_F(PublisherFake, StaleConditionIsDeletedAndOthersStay) {
+  const std::string kubectl = kubectlPath();
+  if (kubectl.empty()) GTEST_SKIP() << "kubectl not installed (tools/install-deps.sh installs it)";
+  auto with_storage = snapshot(true);
+  with_storage.checks.push_back(check("lvm", Status::Pass));
+  auto pub = start(options());
+  pub->publish(with_storage);
+  ASSERT_TRUE(eventually([&] { return converged(true, false) && !condition("LocalStorageHealthy").is_null(); }));
+  const json ready = condition("Ready");
+  const json virt = condition("VirtualizationReady");
+  long since = api_->lastSeq();
+  // The lvm probe is gone (say, removed from the config): its condition must go with it.
+  pub->publish(snapshot(true));
+  ASSERT_TRUE(eventually([&] { return condition("LocalStorageHealthy").is_null(); })) << node().dump(1);
+  bool sent_delete = false;
+  for (const auto& w : writes(since))
+    if (w["path"] == "/api/v1/nodes/" + node_ + "/status" &&
+        w["content_type"] == "application/strategic-merge-patch+json" &&
+        w["body"].dump().find(R"({"$patch":"delete","type":"LocalStorageHealthy"})") != std::string::npos)
+      sent_delete = true;
+  EXPECT_TRUE(sent_delete) << json(writes(since)).dump(1);
+
+  // Read back with the real client.
+  std::string cmd = "KUBECONFIG=" + api_->kubeconfig() + " HOME=" + api_->dir().string() + " " + kubectl +
+                    " get node " + node_ + " -o json 2>&1";
+  std::string out;
+  if (FILE* f = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
+    ASSERT_EQ(::pclose(f), 0) << out;
+  }
+  json seen = json::parse(out, nullptr, false);
+  ASSERT_TRUE(seen.is_object()) << out;
+  std::map<std::string, json> by_type;
+  for (const auto& c : seen["status"]["conditions"]) by_type[c["type"]] = c;
+  EXPECT_EQ(by_type.count("LocalStorageHealthy"), 0u);
+  ASSERT_EQ(by_type.count("Ready"), 1u);
+  EXPECT_EQ(by_type["Ready"], ready);  // the kubelet's condition, byte for byte
+  ASSERT_EQ(by_type.count("VirtualizationReady"), 1u);
+  EXPECT_EQ(by_type["VirtualizationReady"]["lastTransitionTime"], virt["lastTransitionTime"]);
+  EXPECT_EQ(by_type.count("TimeSynchronized"), 1u);
+}
+
+// --- stale watch events never cause a write ----------------------------------------------------
+
+TEST_F(PublisherFake, StaleWatchEventsCauseNoWrite) {
+  const json before = node();  // the Node as it was before any write of ours
+  long since = api_->lastSeq();
+  // Hold the first status write for a moment, so the stale event lands in the middle of the
+  // publisher's first write, after its label patch.
+  api_->fault({{"method", "PATCH"}, {"path_re", "/nodes/" + node_ + "/status$"}, {"delay", 1}, {"count", 1}});
+  auto pub = start(options());
+  pub->publish(snapshot(true));
+  ASSERT_TRUE(eventually([&] {
+    for (const auto& w : writes(since))
+      if (w["path"] == "/api/v1/nodes/" + node_) return true;
+    return false;
+  }));
+  auto inject = [&](const json& obj) {
+    ASSERT_EQ(api_->call("POST", "/fake/watch-events", {{"node", node_}, {"type", "MODIFIED"}, {"object", obj}}).code,
+              200);
+  };
+  inject(before);
+  ASSERT_TRUE(eventually([&] { return converged(true, false); }));
+  // And once more after everything settled: an old copy, then the label-only intermediate.
+  std::this_thread::sleep_for(300ms);
+  json labelled = node();
+  labelled["status"] = before["status"];
+  labelled["metadata"]["resourceVersion"] =
+      std::to_string(std::stoll(labelled["metadata"]["resourceVersion"].get<std::string>()) - 1);
+  inject(before);
+  inject(labelled);
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(api_->call("GET", "/fake/watch-events").body["pending"], 0) << "the stale events never reached the watch";
+  int node_patches = 0, status_patches = 0;
+  for (const auto& w : writes(since)) {
+    if (w["method"] != "PATCH") continue;
+    (w["path"] == "/api/v1/nodes/" + node_ ? node_patches : status_patches)++;
+  }
+  EXPECT_EQ(node_patches, 1) << json(writes(since)).dump(1);
+  EXPECT_EQ(status_patches, 1) << json(writes(since)).dump(1);
+}
+
+}  // namespace
+}  // namespace nodegate::kube
+
+namespace nodegate::kube {
+namespace {
+
+// --- Cilium's ConfigMap and CoreDNS's EndpointSlices, read for the DNS side --------------------
+
+json fixtureJson(const std::string& name) {
+  std::ifstream in(std::string(NODEGATE_FIXTURES) + "/dns/" + name);
+  return json::parse(in, nullptr, false);
+}
+
+class ClusterDns : public PublisherFake {
+ protected:
+  void SetUp() override {
+    PublisherFake::SetUp();
+    host_.setProcfs(std::string(NODEGATE_FIXTURES) + "/dns/proc-launchers");  // one virt-launcher
+  }
+  std::unique_ptr<Publisher> startReading() {
+    auto o = options();
+    o.cluster_dns = board_;
+    o.cluster.refresh = 1s;
+    return start(o);
+  }
+  CheckResult probe() {
+    DnsPathProbe p(std::make_shared<DnsVerdictBoard>(), board_);  // no tracer: the static check
+    return p.run(ProbeContext{host_, config_});
+  }
+  bool read(ApiRead cilium) {
+    auto f = board_->facts();
+    return f && f->cilium_read == cilium;
+  }
+  std::string evidence(const CheckResult& r) {
+    std::string out;
+    for (const auto& e : r.evidence) out += e.source + ": " + e.observed + "\n";
+    return out;
+  }
+  void createConfigMap(const json& cm) {
+    ASSERT_EQ(api_->call("POST", "/api/v1/namespaces/kube-system/configmaps", cm).code, 201);
+  }
+
+  std::shared_ptr<ClusterDnsBoard> board_ = std::make_shared<ClusterDnsBoard>();
+  HostRoot host_{"/nonexistent"};
+  Config config_;
+};
+
+TEST_F(ClusterDns, ConfigMapFromTheApiFlipsTheStaticCheckToTheIncident) {
+  createConfigMap(fixtureJson("cilium-config-hostns-only.json"));
+  json slice = {{"metadata", {{"name", "kube-dns-x1"}, {"labels", {{"kubernetes.io/service-name", "kube-dns"}}}}},
+                {"addressType", "IPv4"},
+                {"endpoints", json::array({{{"addresses", {"10.244.1.7"}}, {"nodeName", node_},
+                                            {"conditions", {{"ready", true}}}},
+                                           {{"addresses", {"10.244.2.9"}}, {"conditions", {{"ready", false}}}}})},
+                {"ports", json::array({{{"name", "dns"}, {"port", 53}, {"protocol", "UDP"}}})}};
+  ASSERT_EQ(api_->call("POST", "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices", slice).code, 201);
+  // Another Service's slice in the same namespace must not be taken for CoreDNS.
+  slice["metadata"] = {{"name", "metrics-x1"}, {"labels", {{"kubernetes.io/service-name", "metrics"}}}};
+  ASSERT_EQ(api_->call("POST", "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices", slice).code, 201);
+
+  long since = api_->lastSeq();
+  auto pub = startReading();
+  ASSERT_TRUE(eventually([&] { return read(ApiRead::Ok); })) << trace();
+  auto f = *board_->facts();
+  ASSERT_EQ(f.endpoints_read, ApiRead::Ok) << f.endpoints_detail;
+  ASSERT_EQ(f.dns_endpoints.size(), 2u);
+  EXPECT_EQ(f.dns_endpoints[0].address, "10.244.1.7");
+  EXPECT_EQ(f.dns_endpoints[0].node, node_);
+  EXPECT_FALSE(f.dns_endpoints[1].ready);
+  auto r = probe();
+  EXPECT_EQ(r.reason, "TracerNotRunning") << evidence(r);  // hostns-only: no prediction
+
+  // Someone turns socket LB on in every namespace: the next refresh predicts the incident.
+  ASSERT_EQ(api_->call("PATCH", "/api/v1/namespaces/kube-system/configmaps/cilium-config",
+                       {{"data", {{"bpf-lb-sock-hostns-only", "false"}}}}, "application/merge-patch+json")
+                .code,
+            200);
+  ASSERT_TRUE(eventually([&] { return probe().reason == "ServiceTranslationMissing"; }, 5s)) << evidence(probe());
+  r = probe();
+  EXPECT_EQ(r.status, Status::Fail);  // a virt-launcher runs here (the fixture's)
+  EXPECT_NE(evidence(r).find("bpf-lb-sock-hostns-only=false"), std::string::npos) << evidence(r);
+
+  // Reads only, with the label selector of the kube-dns Service.
+  bool listed = false;
+  for (const auto& q : api_->requests(since)) {
+    std::string p = q["path"];
+    if (p.find("/configmaps") != std::string::npos || p.find("/endpointslices") != std::string::npos) {
+      if (q["user_agent"].get<std::string>().rfind("nodegate", 0) == 0) {
+        EXPECT_EQ(q["method"], "GET") << q.dump();
+      }
+    }
+    if (p == "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices" &&
+        q["query"] == "labelSelector=kubernetes.io%2Fservice-name%3Dkube-dns")
+      listed = true;
+  }
+  EXPECT_TRUE(listed);
+}
+
+TEST_F(ClusterDns, NoConfigMapMeansNoCiliumNotAnError) {
+  auto pub = startReading();
+  ASSERT_TRUE(eventually([&] { return read(ApiRead::NotFound); })) << trace();
+  auto empty_proc = api_->dir() / "proc-empty";  // and no launcher: nothing to predict
+  std::filesystem::create_directories(empty_proc);
+  host_.setProcfs(empty_proc.string());
+  auto r = probe();
+  EXPECT_EQ(r.status, Status::Pass) << evidence(r);
+  EXPECT_EQ(r.reason, "NoGuests");
+  EXPECT_NE(evidence(r).find("no Cilium"), std::string::npos) << evidence(r);
+  EXPECT_EQ(board_->facts()->endpoints_read, ApiRead::Ok);  // an empty list is an answer
+  EXPECT_TRUE(board_->facts()->dns_endpoints.empty());
+}
+
+TEST_F(ClusterDns, ForbiddenIsUnknownWithAnRbacHint) {
+  createConfigMap(fixtureJson("cilium-config-incident.json"));
+  api_->fault({{"path_re", "/configmaps/cilium-config$"}, {"status", 403}, {"count", -1},
+               {"message", "configmaps \"cilium-config\" is forbidden: User cannot get resource"}});
+  auto pub = startReading();
+  ASSERT_TRUE(eventually([&] { return read(ApiRead::Forbidden); })) << trace();
+  auto r = probe();
+  EXPECT_EQ(r.status, Status::Unknown);
+  EXPECT_EQ(r.reason, "CiliumConfigForbidden");
+  EXPECT_NE(r.hint.find("rbac.readCiliumConfig"), std::string::npos) << r.hint;
+  EXPECT_NE(evidence(r).find("HTTP 403"), std::string::npos) << evidence(r);
+  // The grant arrives: the next refresh sees the incident configuration.
+  api_->clearFaults();
+  ASSERT_TRUE(eventually([&] { return probe().reason == "ServiceTranslationMissing"; }, 5s)) << evidence(probe());
 }
 
 }  // namespace

@@ -23,6 +23,37 @@ bool contains(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
 }
 
+// The API's view as the agent's source would hand it over.
+class FakeApiSource final : public PvSource {
+ public:
+  Result<PvListing> answer = PvListing{{}, "fake api: test listing"};
+  std::string_view name() const override { return "api"; }
+  Result<PvListing> list(const HostRoot&, const Config&) override { return answer; }
+};
+
+LocalPv apiPv(const std::string& name, const std::string& handle, const std::string& claim,
+              const std::string& vm, const std::string& phase = "Bound") {
+  LocalPv pv;
+  pv.name = name;
+  pv.driver = "topolvm.io";
+  pv.volume_handle = handle;
+  pv.block = true;
+  pv.attached = false;
+  pv.from_api = true;
+  pv.phase = phase;
+  pv.reclaim = "Retain";
+  pv.claim = claim;
+  pv.claim_phase = claim.empty() ? "" : "Bound";
+  pv.vm = vm;
+  return pv;
+}
+
+std::string evidenceOf(const CheckResult& r, const std::string& source) {
+  for (const auto& e : r.evidence)
+    if (e.source == source) return e.observed;
+  return "<no evidence " + source + ">";
+}
+
 double metricValue(const CheckResult& r, const std::string& name, const std::string& pv) {
   for (const auto& m : r.metrics)
     if (m.name == name && m.labels.count("pv") && m.labels.at("pv") == pv) return m.value;
@@ -81,14 +112,27 @@ class KubeletTree : public ::testing::Test {
     }
     HostRoot host(root_.string());
     ProbeContext ctx{host, cfg};
-    LocalPvProbe probe(std::make_shared<LvmReportSource>(exec_), dev_);
+    LocalPvProbe probe(std::make_shared<LvmReportSource>(exec_), dev_,
+                       std::make_unique<KubeletDirPvSource>(), api_);
     return probe.run(ctx);
+  }
+  std::shared_ptr<FakeApiSource> useApi(std::vector<LocalPv> pvs) {
+    auto api = std::make_shared<FakeApiSource>();
+    api->answer = PvListing{std::move(pvs), "fake api: test listing"};
+    api_ = api;
+    return api;
+  }
+  static Config withVg() {
+    Config cfg;
+    cfg.set("lvm", "volume_group", "vmdata");
+    return cfg;
   }
 
   fs::path root_;
   std::string mountinfo_ = "22 27 0:21 / /proc rw,relatime - proc proc rw\n";
   std::shared_ptr<FakeExec> exec_;
   std::shared_ptr<FakeDeviceIo> dev_;
+  std::shared_ptr<PvSource> api_;  // null: kubelet-only discovery
 };
 
 TEST_F(KubeletTree, HealthyVolumes) {
@@ -157,15 +201,164 @@ TEST_F(KubeletTree, ExpectedReadOnlyIsAllowed) {
   EXPECT_EQ(run(cfg).status, Status::Pass);
 }
 
-TEST_F(KubeletTree, OrphanedLvsInTheManagedVg) {
+TEST_F(KubeletTree, UnattachedLvsWithoutTheApi) {
+  // Kubelet-only: pvc-bbb may be a stopped VM's disk or a leftover; the reason says which
+  // it cannot tell.
   addFsPv("uid-1", "pvc-aaa", "pvc-aaa");
-  Config cfg;
-  cfg.set("lvm", "volume_group", "vmdata");
-  auto r = run(cfg);
+  auto r = run(withVg());
+  EXPECT_EQ(r.status, Status::Warn);
+  EXPECT_EQ(r.reason, "UnattachedVolumes");
+  EXPECT_TRUE(contains(r.message, "1 LVs in vmdata are used by no pod on this node (pvc-bbb)"))
+      << r.message;
+}
+
+TEST_F(KubeletTree, StoppedVmDiskIsNotAnOrphan) {
+  addFsPv("uid-1", "pvc-aaa", "pvc-aaa");
+  useApi({apiPv("pvc-aaa", "pvc-aaa", "vms/disk-a", "vms/alice"),
+          apiPv("pvc-bbb", "pvc-bbb", "vms/disk-b", "vms/bob")});
+  auto r = run(withVg());
+  EXPECT_EQ(r.status, Status::Pass) << r.message;
+  EXPECT_EQ(r.reason, "LocalVolumesHealthy");
+  EXPECT_TRUE(contains(r.message, "2 local volumes")) << r.message;
+  const auto bbb = evidenceOf(r, "PV pvc-bbb");
+  EXPECT_TRUE(contains(bbb, "claim vms/disk-b Bound, VM vms/bob")) << bbb;
+  EXPECT_TRUE(contains(bbb, "not in use by a pod on this node")) << bbb;
+  // The running one keeps its kubelet facts and gains the API's.
+  const auto aaa = evidenceOf(r, "PV pvc-aaa");
+  EXPECT_TRUE(contains(aaa, "VM vms/alice")) << aaa;
+  EXPECT_FALSE(contains(aaa, "not in use")) << aaa;
+  EXPECT_TRUE(contains(evidenceOf(r, "pv discovery api"), "fake api")) << r.message;
+  EXPECT_TRUE(contains(evidenceOf(r, "volume group vmdata"), "0 LVs without a PersistentVolume"));
+  // Block usage of the stopped VM's thin LV is still known: 10 % of 10 GiB.
+  EXPECT_DOUBLE_EQ(metricValue(r, "nodegate_local_pv_used_bytes", "pvc-bbb"), 1.0 * (1u << 30));
+}
+
+TEST_F(KubeletTree, LvWithoutAnyPvIsAnOrphan) {
+  addFsPv("uid-1", "pvc-aaa", "pvc-aaa");
+  useApi({apiPv("pvc-aaa", "pvc-aaa", "vms/disk-a", "vms/alice")});
+  auto r = run(withVg());
   EXPECT_EQ(r.status, Status::Warn);
   EXPECT_EQ(r.reason, "OrphanedVolumes");
-  EXPECT_TRUE(contains(r.message, "1 LVs in vmdata are not used by any PV on this node (pvc-bbb)"))
+  EXPECT_TRUE(
+      contains(r.message, "1 LVs in vmdata have no PersistentVolume in the cluster (pvc-bbb)"))
       << r.message;
+}
+
+TEST_F(KubeletTree, ReleasedPvIsNotAnOrphanButIsNoted) {
+  useApi({apiPv("pvc-aaa", "pvc-aaa", "vms/disk-a", "", "Released"),
+          apiPv("pvc-bbb", "pvc-bbb", "vms/disk-b", "vms/bob")});
+  auto r = run(withVg());
+  EXPECT_EQ(r.status, Status::Pass) << r.message;
+  EXPECT_TRUE(contains(evidenceOf(r, "released PVs"), "(pvc-aaa)")) << r.message;
+  EXPECT_TRUE(contains(evidenceOf(r, "not in use"), "2 PVs pinned here")) << r.message;
+}
+
+TEST_F(KubeletTree, PinnedPvWithoutItsLvFails) {
+  auto pv = apiPv("pvc-ccc", "6b3c1a9e-lost", "vms/disk-c", "vms/carol");
+  useApi({apiPv("pvc-aaa", "pvc-aaa", "vms/disk-a", "vms/alice"),
+          apiPv("pvc-bbb", "pvc-bbb", "vms/disk-b", "vms/bob"), pv});
+  auto r = run(withVg());
+  EXPECT_EQ(r.status, Status::Fail);
+  EXPECT_EQ(r.reason, "VolumeBackingMissing");
+  EXPECT_TRUE(contains(r.message,
+                       "PV pvc-ccc (claim vms/disk-c, VM vms/carol): backing LV "
+                       "6b3c1a9e-lost is not in volume group vmdata"))
+      << r.message;
+  // The API's node affinity is enough to expect the LV here, even with no managed VG.
+  auto r2 = run();
+  EXPECT_EQ(r2.reason, "VolumeBackingMissing");
+  EXPECT_TRUE(contains(r2.message, "6b3c1a9e-lost is not on this node")) << r2.message;
+  // A claim owned by a DataVolume whose VM is unknown is named by the DataVolume.
+  pv.vm.clear();
+  pv.owner = "DataVolume vms/disk-c-dv";
+  useApi({pv});
+  EXPECT_TRUE(contains(run().message, "PV pvc-ccc (claim vms/disk-c, DataVolume vms/disk-c-dv)"));
+}
+
+TEST_F(KubeletTree, LocalVolumePathMustExist) {
+  auto pv = apiPv("local-pv-1", "", "vms/scratch", "vms/alice");
+  pv.driver = "kubernetes.io/local";
+  pv.local_path = "/mnt/disks/ssd1";
+  pv.block = false;
+  useApi({pv});
+  auto r = run();
+  EXPECT_EQ(r.status, Status::Fail);
+  EXPECT_EQ(r.reason, "VolumeBackingMissing");
+  EXPECT_TRUE(contains(r.message,
+                       "PV local-pv-1 (claim vms/scratch, VM vms/alice): local path "
+                       "/mnt/disks/ssd1 does not exist"))
+      << r.message;
+  fs::create_directories(root_ / "mnt/disks/ssd1");
+  EXPECT_EQ(run().status, Status::Pass);
+}
+
+TEST_F(KubeletTree, ApiForbiddenIsUnknownWhileTheKubeletViewStillCounts) {
+  addFsPv("uid-1", "pvc-aaa", "pvc-aaa");
+  auto api = useApi({});
+  api->answer = Error{EACCES, "failed to list persistentvolumes: HTTP 403: forbidden"};
+  auto r = run(withVg());
+  EXPECT_EQ(r.status, Status::Unknown);
+  EXPECT_EQ(r.reason, "VolumeDiscoveryForbidden");
+  EXPECT_TRUE(contains(r.message, "HTTP 403")) << r.message;
+  EXPECT_TRUE(contains(r.hint, "list on persistentvolumes")) << r.hint;
+  // Orphans fall back to the kubelet's weaker verdict, listed after the UNKNOWN.
+  EXPECT_TRUE(contains(r.message, "used by no pod on this node")) << r.message;
+  // A read-only volume the kubelet sees is still a FAIL.
+  fs::remove_all(root_ / "var");
+  mountinfo_ = "22 27 0:21 / /proc rw,relatime - proc proc rw\n";
+  addFsPv("uid-1", "pvc-aaa", "pvc-aaa", "ro,relatime");
+  auto r2 = run(withVg());
+  EXPECT_EQ(r2.status, Status::Fail);
+  EXPECT_EQ(r2.reason, "VolumeReadOnly");
+  // Other failures (timeouts, 5xx after retries) have their own reason.
+  api->answer = Error{ETIMEDOUT, "failed to list persistentvolumes: Timeout was reached"};
+  fs::remove_all(root_ / "var");
+  mountinfo_ = "22 27 0:21 / /proc rw,relatime - proc proc rw\n";
+  addFsPv("uid-1", "pvc-aaa", "pvc-aaa");
+  EXPECT_EQ(run().reason, "VolumeDiscoveryFailed");
+}
+
+TEST_F(KubeletTree, OrphansWaitForTheFirstApiList) {
+  addFsPv("uid-1", "pvc-aaa", "pvc-aaa");
+  auto api = useApi({});
+  api->answer = Error{EAGAIN, "waiting for the first list of PersistentVolumes"};
+  auto r = run(withVg());
+  EXPECT_EQ(r.status, Status::Pass) << r.message;
+  EXPECT_TRUE(contains(evidenceOf(r, "pv discovery api"), "waiting")) << r.message;
+}
+
+TEST_F(KubeletTree, ApiViewWithoutKubeletDir) {
+  // The agent may see the API but not the kubelet dir: the API's PVs are still checked.
+  auto api = useApi({apiPv("pvc-ccc", "6b3c1a9e-lost", "vms/disk-c", "vms/carol")});
+  auto r = run(withVg());
+  EXPECT_EQ(r.reason, "VolumeBackingMissing") << r.message;
+  // And a failing API is not hidden behind "no kubelet directory, nothing to check".
+  api->answer = Error{EACCES, "failed to list persistentvolumes: HTTP 401: Unauthorized"};
+  r = run();
+  EXPECT_EQ(r.status, Status::Unknown) << r.message;
+  EXPECT_EQ(r.reason, "VolumeDiscoveryForbidden");
+}
+
+TEST(MergePvViews, JoinsByNameAndKeepsBothSides) {
+  LocalPv running;
+  running.name = "pvc-a";
+  running.path = "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/pvc-a/mount";
+  running.pod_uid = "u";
+  LocalPv other;  // a network volume the API does not pin here
+  other.name = "pvc-net";
+  auto merged = mergePvViews({running, other}, {apiPv("pvc-a", "lv-a", "ns/a", "ns/vm-a"),
+                                                apiPv("pvc-b", "lv-b", "ns/b", "ns/vm-b")});
+  ASSERT_EQ(merged.size(), 3u);
+  EXPECT_EQ(merged[0].name, "pvc-a");
+  EXPECT_TRUE(merged[0].attached);
+  EXPECT_TRUE(merged[0].from_api);
+  EXPECT_EQ(merged[0].path, running.path);
+  EXPECT_EQ(merged[0].vm, "ns/vm-a");
+  EXPECT_EQ(merged[0].volume_handle, "lv-a");  // the kubelet had none: the API's fills in
+  EXPECT_FALSE(merged[1].from_api);
+  EXPECT_EQ(merged[2].name, "pvc-b");
+  EXPECT_FALSE(merged[2].attached);
+  EXPECT_TRUE(merged[2].path.empty());
 }
 
 TEST_F(KubeletTree, MissingBackingLvAndDanglingDevice) {

@@ -19,8 +19,8 @@ import tempfile
 import time
 import urllib.request
 
-NE_PORT, NG_PORT, NG_DEBUG = 19280, 19281, 19282
-EV_PORT, EV_DEBUG = 19283, 19284
+NE_PORT, NG_PORT, NG_DEBUG = 19480, 19481, 19482
+EV_PORT, EV_DEBUG = 19483, 19484
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "..", "test", "agent", "fixtures", "vmx-host")
 
@@ -45,6 +45,23 @@ def proc_stats(pid):
         elif parts[0] == "Rss:" and name == "anon_inode:bpf-map":
             bpf += int(parts[1]) * 1024
     return rss, (int(fields[11]) + int(fields[12])) / tick, uss, bpf
+
+
+def smaps_by_mapping(pid):
+    """RSS and private (USS) bytes per mapping name (file path, [heap], anon_inode:bpf-map...),
+    largest RSS first: what dominates the resident set."""
+    rows = {}
+    name = ""
+    for line in open(f"/proc/{pid}/smaps"):
+        parts = line.split()
+        if "-" in parts[0] and len(parts) >= 5 and not parts[0].endswith(":"):
+            name = parts[5] if len(parts) > 5 else "[anon]"
+            rows.setdefault(name, [0, 0])
+        elif parts[0] == "Rss:":
+            rows[name][0] += int(parts[1]) * 1024
+        elif parts[0] in ("Private_Clean:", "Private_Dirty:"):
+            rows[name][1] += int(parts[1]) * 1024
+    return sorted(rows.items(), key=lambda kv: -kv[1][0])
 
 
 def fetch(port, path="/metrics"):
@@ -111,6 +128,7 @@ def footprint(nodegate, scrapes, idle, extra):
             res[name]["after"] = proc_stats(pid)
             res[name]["lat"] = lat[name]
             res[name]["size"] = size[name]
+        res["nodegate"]["smaps"] = smaps_by_mapping(ng.pid)
         return res
     finally:
         for p in (ne, ng):
@@ -177,7 +195,7 @@ def main():
     ne_version = ((v.stdout or "") + (v.stderr or "")).strip().splitlines()[0]
     mib = lambda b: b / 1048576
     out = []
-    for label, extra in (("default flags (DNS tracer on: it maps an 8 MiB BPF ring buffer)", []),
+    for label, extra in (("default flags (DNS tracer on)", []),
                          ("--dns-trace off", ["--dns-trace", "off"])):
         r = footprint(a.nodegate, a.scrapes, a.idle, extra)
         out.append(f"\n### nodegate agent --kube none, {label}\n")
@@ -205,6 +223,15 @@ def main():
         out.append(f"\n/metrics median speed-up: **{speed:.1f}x**; RSS after scrapes: nodegate is "
                    f"**{ng['after'][0] / ne['after'][0]:.2f}x** node_exporter's, USS "
                    f"**{ng['after'][2] / ne['after'][2]:.2f}x**.")
+        out.append(f"\nWhat is resident in nodegate after the scrapes (smaps, largest first):\n")
+        out.append("| mapping | RSS (KiB) | private (KiB) |")
+        out.append("|---|---:|---:|")
+        top = ng["smaps"][:10]
+        for mapping, (rss, priv) in top:
+            out.append(f"| `{mapping}` | {rss // 1024} | {priv // 1024} |")
+        rest = ng["smaps"][10:]
+        out.append(f"| {len(rest)} other mappings | {sum(r for _, (r, _) in rest) // 1024} | "
+                   f"{sum(p for _, (_, p) in rest) // 1024} |")
     if os.geteuid() == 0 and a.events > 0:
         lat = [1000 * x for x in event_latency(a.nodegate, a.events)]
         out.append(f"\nEvent-to-state latency (`ip tuntap add` -> cpu-virt state change on a fixture host "

@@ -2,27 +2,38 @@
 # Cost of the DNS tracer's BPF programs under load, and events lost at the highest rate the
 # machine sustains. Figures go into docs/benchmarks/dns-bpf.md.
 #
-#   sudo tools/bench/bpf-cost.sh [BUILD_DIR] [SECONDS_PER_PHASE]
+#   sudo tools/bench/bpf-cost.sh [BUILD_DIR] [SECONDS_PER_PHASE] [REPEATS] [REF_BENCH]
+#   sudo MODE=loss tools/bench/bpf-cost.sh [BUILD_DIR] [SECONDS_PER_PHASE] [REPEATS]
 #
 # Topology (all traffic stays inside two namespaces of our own): client netns 10.78.0.1 --veth--
 # server netns 10.78.0.2 running dnsmasq (authoritative for bench.test, no upstream). The tracer
 # (test/bpf/dns_tracer_bench.cpp, same loader and poll loop as the agent) is attached to both veth
 # ends, so every query makes 4 DNS packets through tc (client egress, server ingress, server
 # egress, client ingress) and 4 events. Per-packet cost = run_time_ns / run_cnt with
-# kernel.bpf_stats_enabled=1. dnsperf (Debian) drives DNS; a Python UDP flood drives non-DNS.
+# kernel.bpf_stats_enabled=1. DNS load: dnsperf (Debian), which waits for answers, and
+# tools/bench/dns_blast.c, which offers a fixed query rate whatever the server answers; non-DNS load
+# is a UDP flood to a socket in the server namespace. Each set of phases runs REPEATS times; with
+# REF_BENCH (another build's bpf_dns_bench, e.g. of the previous commit) the sets alternate between
+# the reference and this build, so both see the same machine. Every line carries the load average.
 set -euo pipefail
 
 BUILD=${1:-build}
 SECS=${2:-10}
+REPEATS=${3:-3}
+REF_BENCH=${4:-}
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BENCH=$BUILD/test/bpf/bpf_dns_bench
 [ -x "$BENCH" ] || { echo "build $BENCH first: cmake --build $BUILD --target bpf_dns_bench" >&2; exit 2; }
 for t in dnsperf dnsmasq jq python3 ip; do
   command -v "$t" >/dev/null || { echo "missing $t (tools/install-deps.sh)" >&2; exit 2; }
 done
 
+BLAST=$BUILD/dns_blast
+cc -O2 -Wall -o "$BLAST" "$SRC/tools/bench/dns_blast.c"
+
 ID=$$
-C=ngbench${ID}c
-S=ngbench${ID}s
+C=ngbcost${ID}c
+S=ngbcost${ID}s
 VC=ngbc${ID}
 VS=ngbs${ID}
 TMP=$(mktemp -d /tmp/ngbench.XXXXXX)
@@ -66,10 +77,10 @@ open(os.environ["PIDF"],"w").write(str(os.getpid()))
 while True: s.recv(2048)' &
 sleep 0.3
 
-start_driver() {  # $1 = ring bytes
-  "$BENCH" trace --ring "$1" "/run/netns/$C:$IFC" "/run/netns/$S:$IFS_" >"$TMP/driver.out" 2>"$TMP/driver.err" &
+start_driver() {  # $1 = ring bytes, $2 = driver binary
+  "${2:-$BENCH}" trace --ring "$1" "/run/netns/$C:$IFC" "/run/netns/$S:$IFS_" >"$TMP/driver.out" 2>"$TMP/driver.err" &
   DRIVER_PID=$!
-  for i in $(seq 1 100); do grep -q ready "$TMP/driver.out" 2>/dev/null && return; sleep 0.05; done
+  for i in $(seq 1 600); do grep -q ready "$TMP/driver.out" 2>/dev/null && return; sleep 0.05; done
   cat "$TMP/driver.err" >&2; exit 1
 }
 stop_driver() { kill "$DRIVER_PID"; wait "$DRIVER_PID" || true; DRIVER_PID=""; }
@@ -89,11 +100,13 @@ phase() {
   out=$("$@" 2>&1 || true)
   t1=$(date +%s.%N); c1=$(cpu_ticks); b=$(snap)
   local qps; qps=$(echo "$out" | awk '/Queries per second:/ {print $4}')
-  jq -cn --arg name "$name" --argjson a "$a" --argjson b "$b" --arg t0 "$t0" --arg t1 "$t1" \
+  local blast; blast=$(echo "$out" | grep -o '"sent_per_s":[0-9]*' | cut -d: -f2 || true)
+  [ -n "$blast" ] && qps=$blast
+  jq -cn --arg name "$name" --arg build "$BUILD_LABEL" --arg load "$(cut -d' ' -f1 /proc/loadavg)" --argjson a "$a" --argjson b "$b" --arg t0 "$t0" --arg t1 "$t1" \
     --arg qps "${qps:-0}" --arg c0 "$c0" --arg c1 "$c1" --arg hz "$(getconf CLK_TCK)" '
     def d(k): ($b[k] - $a[k]);
     (($t1|tonumber) - ($t0|tonumber)) as $secs |
-    { phase: $name, seconds: ($secs*10|round/10), dnsperf_qps: ($qps|tonumber),
+    { build: $build, phase: $name, load1: ($load|tonumber), seconds: ($secs*10|round/10), qps: ($qps|tonumber|round),
       tc_pkts_per_s: (((d("tc_ingress_cnt") + d("tc_egress_cnt")) / $secs)|round),
       tc_ns_per_pkt: (if (d("tc_ingress_cnt") + d("tc_egress_cnt")) > 0
                       then ((d("tc_ingress_ns") + d("tc_egress_ns")) / (d("tc_ingress_cnt") + d("tc_egress_cnt")) | round) else null end),
@@ -118,19 +131,51 @@ while time.time()<end:
 print("sent",n)' "$SECS"
 }
 
-echo "# kernel $(uname -r), $(nproc) CPUs, $(date -u +%FT%TZ)"
-echo "# test-run (BPF_PROG_TEST_RUN, ns per run):"
+blast() {  # $1 = offered queries/s
+  ip netns exec "$C" "$BLAST" 10.78.0.2 "$1" "$SECS" 4
+}
+
+echo "# kernel $(uname -r), $(nproc) CPUs, $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# test-run (BPF_PROG_TEST_RUN, ns per run; this build, then REF_BENCH if given):"
 "$BENCH" test-run 2>/dev/null
+[ -n "$REF_BENCH" ] && "$REF_BENCH" test-run 2>/dev/null
 
-start_driver $((4 << 20))
-phase idle sleep "$SECS"
-for rate in 10000 25000 50000 0; do
-  phase "dns_qps_${rate/#0/max}" dnsload "$rate"
+run_set() {  # $1 = label, $2 = driver binary
+  BUILD_LABEL=$1
+  start_driver $((1 << 20)) "$2"
+  phase idle sleep "$SECS"
+  phase dnsperf_10000 dnsload 10000
+  phase dnsperf_max dnsload 0
+  for rate in 25000 50000 75000 100000; do
+    phase "blast_$rate" blast "$rate"
+  done
+  phase non_dns_udp_flood udpflood
+  stop_driver
+}
+
+# MODE=loss: only the offered-rate phases, for the events-lost figures (12.5k queries/s = 50k DNS
+# packets/s through the four tc hooks).
+loss_set() {
+  BUILD_LABEL=$1
+  start_driver $((1 << 20)) "$2"
+  for rate in 12500 25000 50000 75000; do
+    phase "blast_$rate" blast "$rate"
+  done
+  stop_driver
+}
+
+for r in $(seq 1 "$REPEATS"); do
+  if [ "${MODE:-full}" = loss ]; then
+    loss_set this "$BENCH"
+    continue
+  fi
+  [ -n "$REF_BENCH" ] && run_set ref "$REF_BENCH"
+  run_set this "$BENCH"
 done
-phase non_dns_udp_flood udpflood
-stop_driver
+[ "${MODE:-full}" = loss ] && exit 0
 
-# The same peak with a 64 KiB ring: what an undersized ring loses.
+# The peak with a 64 KiB ring: what an undersized ring loses.
+BUILD_LABEL=this
 start_driver 65536
-phase "dns_qps_max_ring64k" dnsload 0
+phase "blast_100000_ring64k" blast 100000
 stop_driver

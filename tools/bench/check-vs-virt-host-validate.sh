@@ -12,17 +12,23 @@ command -v virt-host-validate >/dev/null || { echo "virt-host-validate missing (
 out=$(mktemp /tmp/nodegate-bench-XXXXXX.json)
 trap 'rm -f "$out"' EXIT
 
+# `nodegate version` runs no probe: its time is the binary's start-up floor (loader, libraries),
+# the part of check's time that is not the probes.
 hyperfine -N -i --warmup 5 --min-runs 50 --export-json "$out" "$@" \
   -n "nodegate check --output json" "$nodegate check --output json" \
-  -n "virt-host-validate qemu" "virt-host-validate qemu"
+  -n "virt-host-validate qemu" "virt-host-validate qemu" \
+  -n "nodegate version" "$nodegate version"
 python3 - "$out" "$nodegate" <<'PY'
 import json, subprocess, sys
 r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
 ng, vhv = r["nodegate check --output json"], r["virt-host-validate qemu"]
+floor = r["nodegate version"]
 checks = len(json.loads(subprocess.run([sys.argv[2], "check", "--output", "json"],
                                        capture_output=True, text=True).stdout)["checks"])
 print(f"\nnodegate: mean {ng['mean']*1e3:.2f} ms ± {ng['stddev']*1e3:.2f} ({checks} checks)")
 print(f"virt-host-validate: mean {vhv['mean']*1e3:.2f} ms ± {vhv['stddev']*1e3:.2f}")
+print(f"nodegate version (start-up floor): mean {floor['mean']*1e3:.2f} ms, "
+      f"median {floor['median']*1e3:.2f} ms")
 print(f"ratio: nodegate is {vhv['mean']/ng['mean']:.1f}x faster (mean), "
       f"{vhv['median']/ng['median']:.1f}x (median)")
 PY

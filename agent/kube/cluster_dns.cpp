@@ -1,0 +1,102 @@
+#include "kube/cluster_dns.h"
+
+#include <nlohmann/json.hpp>
+
+namespace nodegate::kube {
+namespace {
+
+using nlohmann::json;
+
+// The API server's Status message, or the start of the body.
+std::string reasonOf(const HttpResponse& r) {
+  if (r.code == 0) return r.error;
+  json j = json::parse(r.body, nullptr, false);
+  std::string msg = j.is_object() ? j.value("message", "") : "";
+  return "HTTP " + std::to_string(r.code) + ": " + (msg.empty() ? r.body.substr(0, 200) : msg);
+}
+
+ApiRead classify(long code) {
+  if (code == 404) return ApiRead::NotFound;
+  if (code == 403) return ApiRead::Forbidden;
+  return code >= 200 && code < 300 ? ApiRead::Ok : ApiRead::Failed;
+}
+
+}  // namespace
+
+std::string ciliumConfigPath(const ClusterDnsOptions& o) {
+  return "/api/v1/namespaces/" + urlEncode(o.cilium_namespace) + "/configmaps/" +
+         urlEncode(o.cilium_configmap);
+}
+
+std::string dnsEndpointSlicesPath(const ClusterDnsOptions& o) {
+  return "/apis/discovery.k8s.io/v1/namespaces/" + urlEncode(o.dns_namespace) +
+         "/endpointslices?labelSelector=" + urlEncode("kubernetes.io/service-name=" + o.dns_service);
+}
+
+void readCiliumConfig(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out) {
+  const std::string what = "configmap " + o.cilium_namespace + "/" + o.cilium_configmap;
+  out.cilium = {};
+  out.cilium_read = classify(r.code);
+  switch (out.cilium_read) {
+    case ApiRead::NotFound:
+      out.cilium_detail = "no Cilium: " + what + " does not exist";
+      return;
+    case ApiRead::Forbidden:
+      out.cilium_detail = "failed to read " + what + ": " + reasonOf(r);
+      return;
+    case ApiRead::Failed:
+      out.cilium_detail = "failed to read " + what + ": " + reasonOf(r);
+      return;
+    case ApiRead::Ok:
+      break;
+  }
+  auto c = parseCiliumConfig(r.body);
+  if (!c) {
+    out.cilium_read = ApiRead::Failed;
+    out.cilium_detail = c.error().message + " (" + what + ")";
+    return;
+  }
+  out.cilium = *c;
+  out.cilium_detail = "read from " + what;
+}
+
+void readDnsEndpoints(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out) {
+  const std::string what = "endpointslices of service " + o.dns_namespace + "/" + o.dns_service;
+  out.dns_endpoints.clear();
+  out.endpoints_read = classify(r.code);
+  // A list of a Service with no slices is 200 and empty; 404 means the API has no such group.
+  if (out.endpoints_read != ApiRead::Ok) {
+    out.endpoints_detail = "failed to list " + what + ": " + reasonOf(r);
+    return;
+  }
+  json list = json::parse(r.body, nullptr, false);
+  if (!list.is_object() || !list.contains("items") || !list["items"].is_array()) {
+    out.endpoints_read = ApiRead::Failed;
+    out.endpoints_detail = "failed to list " + what + ": not an EndpointSliceList";
+    return;
+  }
+  for (const auto& slice : list["items"]) {
+    if (!slice.is_object() || !slice.contains("endpoints") || !slice["endpoints"].is_array()) continue;
+    for (const auto& ep : slice["endpoints"]) {
+      if (!ep.is_object() || !ep.contains("addresses") || !ep["addresses"].is_array()) continue;
+      // conditions.ready unset means ready (the API's documented default).
+      bool ready = true;
+      if (auto c = ep.find("conditions"); c != ep.end() && c->is_object())
+        if (auto rd = c->find("ready"); rd != c->end() && rd->is_boolean()) ready = rd->get<bool>();
+      std::string node = ep.value("nodeName", "");
+      for (const auto& a : ep["addresses"])
+        if (a.is_string()) out.dns_endpoints.push_back({a.get<std::string>(), node, ready});
+    }
+  }
+  out.endpoints_detail = std::to_string(out.dns_endpoints.size()) + " addresses in " + what;
+}
+
+ClusterDnsFacts fetchClusterDns(HttpClient& http, const ClusterDnsOptions& o) {
+  ClusterDnsFacts f;
+  readCiliumConfig(http.request("get", "GET", ciliumConfigPath(o)), o, f);
+  readDnsEndpoints(http.request("list", "GET", dnsEndpointSlicesPath(o)), o, f);
+  f.updated = std::chrono::system_clock::now();
+  return f;
+}
+
+}  // namespace nodegate::kube
