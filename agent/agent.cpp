@@ -2,6 +2,7 @@
 // (events.h), publishers (metrics.h, kube/kube.h or a logging stand-in), extensions
 // (extension.h) and the two HTTP listeners (http_server.h), then waits for signals:
 // SIGTERM/SIGINT stop everything within a second, SIGHUP reloads --config.
+#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -105,6 +106,9 @@ void registerDebugRoutes(HttpRouter& router, const AgentEndpoints& ep) {
 }
 
 int runAgent(const Options& opts) {
+  // glibc gives each thread that allocates an arena of its own (up to 8 per core); the agent's
+  // threads are many and mostly idle, so two arenas keep ~1.5 MiB less resident at no cost.
+  ::mallopt(M_ARENA_MAX, 2);
   auto loaded = buildConfig(opts);
   if (!loaded) {
     std::cerr << "nodegate: " << loaded.error().message << "\n";
@@ -172,8 +176,9 @@ int runAgent(const Options& opts) {
 
   int rc = 0;
   std::vector<std::unique_ptr<HttpServer>> servers;
-  auto listen = [&](const std::string& addr, std::shared_ptr<HttpRouter> routes, const char* name) {
-    auto s = HttpServer::start(addr, routes, name);
+  auto listen = [&](const std::string& addr, std::shared_ptr<HttpRouter> routes, const char* name,
+                    HttpServer::Limits limits) {
+    auto s = HttpServer::start(addr, routes, name, limits);
     if (!s) {
       log::error("failed to start http listener", {{"listener", name}, {"error", s.error().message}});
       return false;
@@ -181,8 +186,12 @@ int runAgent(const Options& opts) {
     servers.push_back(std::move(s).value());
     return true;
   };
-  if (!listen(opts.listen, core_routes, "metrics") ||
-      (!opts.debug_listen.empty() && !listen(opts.debug_listen, debug_routes, "debug")))
+  // The debug listener serves an engineer, the CLI and the page on loopback: a few workers do,
+  // and every idle worker is a stack the agent keeps resident.
+  HttpServer::Limits debug_limits;
+  debug_limits.worker_threads = 4;
+  if (!listen(opts.listen, core_routes, "metrics", HttpServer::Limits{}) ||
+      (!opts.debug_listen.empty() && !listen(opts.debug_listen, debug_routes, "debug", debug_limits)))
     rc = 1;
 
   // Extensions may take seconds to start (loading BPF programs): they start on their own thread

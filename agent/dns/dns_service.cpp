@@ -567,7 +567,9 @@ nlohmann::json DnsService::tracesJson(const std::string& vmi, std::uint64_t afte
                 {"not_dns", ts.not_dns},
                 {"short_packets", ts.short_packets},
                 {"frags_skipped", ts.frags_skipped},
-                {"ext_skipped", ts.ext_skipped}};
+                {"ext_skipped", ts.ext_skipped},
+                {"tcp_prefix_segments", ts.tcp_prefix_segments},
+                {"paged_skipped", ts.paged_skipped}};
   j["discovery"] = {{"link_events", impl_->kernel_listener != 0},
                     {"process_events", impl_->proc_events != nullptr},
                     {"rescans", impl_->rescans.load()},
