@@ -282,7 +282,7 @@ CheckResult evaluateLocalPv(const std::vector<PvObservation>& pvs, const LvmFetc
          discovery.api_error.message +
              "; volumes of stopped VMs, orphans and missing backing volumes are not checked",
          denied ? "grant the agent list on persistentvolumes and get on persistentvolumeclaims "
-                  "(chart: config.checks.local-pv.api_discovery=true renders the rules), or "
+                  "(chart: rbac.readPersistentVolumes=true, the default, renders the rules), or "
                   "set checks.local-pv.api_discovery to false"
                 : "check the API server and the agent's network path to it"});
   }

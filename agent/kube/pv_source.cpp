@@ -492,10 +492,9 @@ Result<PvListing> ApiPvSource::list(const HostRoot&, const Config&) {
 
 std::shared_ptr<PvSource> makeApiPvSource(const Options& opts, const Config& config,
                                           prometheus::Registry& registry) {
-  if (!config.flag("local-pv", "api_discovery", false)) return nullptr;
-  if (opts.kube == "none" || opts.node_name.empty()) {
-    log::warn("local-pv api discovery off: no api connection or no node name",
-              {{"kube", opts.kube}});
+  if (!config.flag("local-pv", "api_discovery", true) || opts.kube == "none") return nullptr;
+  if (opts.node_name.empty()) {
+    log::warn("local-pv api discovery off: no node name", {{"kube", opts.kube}});
     return nullptr;
   }
   auto client = loadClientConfig(opts.kube, opts.kubeconfig);

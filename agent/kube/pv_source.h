@@ -131,8 +131,8 @@ class ApiPvSource final : public PvSource {
 };
 
 // The source the agent installs into Seams::api_pvs: null with --kube none, without credentials,
-// or with checks.local-pv.api_discovery false (the default; the chart turns it on together with
-// the RBAC rules it needs).
+// or with checks.local-pv.api_discovery false (on by default: "from the API when connected"; the
+// chart grants the reads unless rbac.readPersistentVolumes is false, which also turns it off).
 std::shared_ptr<PvSource> makeApiPvSource(const Options& opts, const Config& config,
                                           prometheus::Registry& registry);
 

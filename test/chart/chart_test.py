@@ -256,7 +256,10 @@ class Rbac(unittest.TestCase):
         # Exactly what the agent does (test/chart/uninstall_test.py records it against the fake API).
         self.assertEqual(rules_of(role), {
             ("", "nodes", "get", None), ("", "nodes", "watch", None),
-            ("", "nodes", "patch", None), ("", "nodes/status", "patch", None)})
+            ("", "nodes", "patch", None), ("", "nodes/status", "patch", None),
+            # local-pv API discovery, on by default
+            ("", "persistentvolumes", "list", None), ("", "persistentvolumeclaims", "get", None),
+            ("cdi.kubevirt.io", "datavolumes", "get", None)})
         binding = one(docs, "ClusterRoleBinding", "nodegate")
         self.assertEqual(binding["subjects"], [{"kind": "ServiceAccount", "name": "nodegate", "namespace": "nodegate"}])
         ds, _ = agent_container(docs)
@@ -272,10 +275,20 @@ class Rbac(unittest.TestCase):
         self.assertEqual(cilium["metadata"]["namespace"], "kube-system")
         self.assertEqual(rules_of(cilium), {("", "configmaps", "get", "cilium-config")})
 
+    def test_no_pv_reads_turns_api_discovery_off(self):
+        # Without the rules the agent's PV list could only get 403: the chart turns it off too.
+        docs = load("privileged-1.31")
+        rules = rules_of(one(docs, "ClusterRole", "nodegate"))
+        self.assertFalse({r for r in rules if r[1] in ("persistentvolumes", "persistentvolumeclaims", "datavolumes")})
+        cm = one(docs, "ConfigMap", "nodegate")
+        self.assertIs(json.loads(cm["data"]["config.json"])["checks"]["local-pv"]["api_discovery"], False)
+        cm_default = one(load("defaults-1.31"), "ConfigMap", "nodegate")
+        self.assertNotIn("api_discovery", json.loads(cm_default["data"]["config.json"])["checks"]["local-pv"])
+
     def test_optional_reads(self):
         docs = load("custom-1.31")
         rules = rules_of(one(docs, "ClusterRole", "nodegate"))
-        self.assertTrue({("", "persistentvolumes", v, None) for v in ["get", "list", "watch"]} <= rules)
+        self.assertIn(("", "persistentvolumes", "list", None), rules)
         self.assertNotIn("pods", {r[1] for r in rules})
         self.assertFalse([r for r in of_kind(docs, "Role") if "cilium" in r["metadata"]["name"]])
 

@@ -58,23 +58,9 @@ fi
 truncate -s 64M "$tmp/zero.img" "$tmp/pv1.img" "$tmp/pv3.img"
 for f in zero pv1 pv3; do loops+=("$(losetup -f --show "$tmp/$f.img")"); done
 zero=${loops[0]} pv1=${loops[1]} pv3=${loops[2]}
-mkdir -p "$tmp/etc" "$tmp/lock"
-cat >"$tmp/etc/lvm.conf" <<CONF
-devices {
-  filter = [ "a|^${pv1}\$|", "a|^${pv3}\$|", "a|^${zero}\$|", "r|.*|" ]
-  global_filter = [ "a|^${pv1}\$|", "a|^${pv3}\$|", "a|^${zero}\$|", "r|.*|" ]
-  use_devicesfile = 0
-  hints = "none"
-  obtain_device_list_from_udev = 0
-}
-global {
-  system_id_source = "lvmlocal"
-  locking_dir = "$tmp/lock"
-}
-activation { udev_sync = 0  udev_rules = 0  monitoring = 0 }
-backup { backup = 0  archive = 0 }
-CONF
-echo "local { system_id = \"nodegate-label-$$\" }" >"$tmp/etc/lvmlocal.conf"
+# shellcheck source=lvm_isolated.sh
+. "$(dirname "$0")/lvm_isolated.sh"
+isolated_lvm_config "$tmp" "$pv1" "$pv3" "$zero"
 export LVM_SUPPRESS_FD_WARNINGS=1
 lvmx() { LVM_SYSTEM_DIR="$tmp/etc" lvm "$@"; }
 lvmx pvcreate -q "$pv1" >/dev/null

@@ -28,25 +28,10 @@ trap cleanup EXIT
 truncate -s 64M "$tmp/a.img" "$tmp/b.img"
 loops+=("$(losetup -f --show "$tmp/a.img")")
 loops+=("$(losetup -f --show "$tmp/b.img")")
-mkdir -p "$tmp/etc" "$tmp/lock" "$tmp/run"
-cat >"$tmp/etc/lvm.conf" <<CONF
-devices {
-  filter = [ "a|^${loops[0]}\$|", "a|^${loops[1]}\$|", "r|.*|" ]
-  global_filter = [ "a|^${loops[0]}\$|", "a|^${loops[1]}\$|", "r|.*|" ]
-  use_devicesfile = 0
-  hints = "none"
-  obtain_device_list_from_udev = 0
-}
-global {
-  system_id_source = "lvmlocal"
-  locking_dir = "$tmp/lock"
-}
-activation { udev_sync = 0  udev_rules = 0  monitoring = 0 }
-backup { backup = 0  archive = 0 }
-CONF
-cat >"$tmp/etc/lvmlocal.conf" <<CONF
-local { system_id = "nodegate-test-$$" }
-CONF
+mkdir -p "$tmp/run"
+# shellcheck source=lvm_isolated.sh
+. "$(dirname "$0")/lvm_isolated.sh"
+isolated_lvm_config "$tmp" "${loops[0]}" "${loops[1]}"
 export LVM_SUPPRESS_FD_WARNINGS=1
 lvmx() { LVM_SYSTEM_DIR="$tmp/etc" lvm "$@"; }
 lvmx pvcreate -q "${loops[@]}" >/dev/null
