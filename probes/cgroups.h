@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "local_pv.h"  // MountEntry and parseMountInfo: one mountinfo parser for all probes
+#include "mountinfo.h"
 #include "nodegate/probe.h"
 
 namespace nodegate {

@@ -19,20 +19,11 @@
 
 #include "lvm.h"
 #include "lvm_report.h"
+#include "mountinfo.h"
 #include "nodegate/probe.h"
 #include "nodegate/seams.h"
 
 namespace nodegate {
-
-// One mount from a mountinfo file (proc(5)). Paths are unescaped (\040 -> ' ').
-struct MountEntry {
-  std::string mount_point, root, fstype, source;
-  std::string options, super_options;
-  bool read_only = false;  // "ro" in the per-mount or the superblock options
-};
-
-// Parses mountinfo text; malformed lines are skipped.
-std::vector<MountEntry> parseMountInfo(std::string_view text);
 
 // A volume bound to this node, as discovered. Paths are host paths (as the host's mountinfo
 // shows them), not yet prefixed with --host-root.
