@@ -6,16 +6,6 @@
 namespace nodegate {
 namespace {
 
-bool hasSuperOption(std::string_view options, std::string_view name) {
-  while (!options.empty()) {
-    auto comma = options.find(',');
-    if (options.substr(0, comma) == name) return true;
-    if (comma == std::string_view::npos) break;
-    options.remove_prefix(comma + 1);
-  }
-  return false;
-}
-
 void appendWord(std::string& list, std::string_view word) {
   if (!list.empty()) list += ' ';
   list.append(word);
@@ -75,7 +65,7 @@ CheckResult evaluateCgroups(const CgroupsObservation& o) {
         if (o.mounts) {
           ok = false;
           for (const auto& m : *o.mounts)
-            if (m.fstype == "cgroup" && hasSuperOption(m.super_options, c)) {
+            if (m.fstype == "cgroup" && hasMountOption(m.super_options, c)) {
               ok = true;
               where = m.mount_point;
               break;

@@ -22,7 +22,9 @@ std::string unescapeMount(std::string_view s) {
   return out;
 }
 
-bool hasOption(std::string_view options, std::string_view opt) {
+}  // namespace
+
+bool hasMountOption(std::string_view options, std::string_view opt) {
   while (!options.empty()) {
     auto comma = options.find(',');
     if (options.substr(0, comma) == opt) return true;
@@ -31,8 +33,6 @@ bool hasOption(std::string_view options, std::string_view opt) {
   }
   return false;
 }
-
-}  // namespace
 
 std::vector<MountEntry> parseMountInfo(std::string_view text) {
   std::vector<MountEntry> out;
@@ -56,7 +56,7 @@ std::vector<MountEntry> parseMountInfo(std::string_view text) {
     m.super_options = sep + 3 < f.size() ? std::string(f[sep + 3]) : std::string();
     // The superblock's "ro" matters as much as the mount's: ext4 errors=remount-ro flips only
     // the superblock, and every mount of it turns read-only at once.
-    m.read_only = hasOption(m.options, "ro") || hasOption(m.super_options, "ro");
+    m.read_only = hasMountOption(m.options, "ro") || hasMountOption(m.super_options, "ro");
     out.push_back(std::move(m));
   });
   return out;

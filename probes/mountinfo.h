@@ -18,4 +18,7 @@ struct MountEntry {
 // Parses mountinfo text; malformed lines are skipped.
 std::vector<MountEntry> parseMountInfo(std::string_view text);
 
+// Whether a comma-separated option list ("rw,relatime,cpu,cpuacct") holds exactly `opt`.
+bool hasMountOption(std::string_view options, std::string_view opt);
+
 }  // namespace nodegate
