@@ -551,4 +551,13 @@ std::string urlEncode(std::string_view s) {
   return out;
 }
 
+std::string describe(const HttpResponse& r) {
+  if (r.code == 0) return r.error.empty() ? "no response" : r.error;
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
+  std::string msg;
+  if (j.is_object() && j.contains("message") && j["message"].is_string()) msg = j["message"];
+  if (msg.empty()) msg = r.body.substr(0, 200);
+  return "HTTP " + std::to_string(r.code) + ": " + msg;
+}
+
 }  // namespace nodegate::kube

@@ -140,6 +140,10 @@ struct HttpResponse {
   bool ok() const { return code >= 200 && code < 300; }
 };
 
+// For error messages and logs: "HTTP <code>: <the API server's Status message, or the start of the
+// body>", or the transport error ("no response" if curl gave none) when no answer came.
+std::string describe(const HttpResponse& r);
+
 using RequestCounter = prometheus::Family<prometheus::Counter>;
 RequestCounter& requestCounter(prometheus::Registry& registry);
 

@@ -7,14 +7,6 @@ namespace {
 
 using nlohmann::json;
 
-// The API server's Status message, or the start of the body.
-std::string reasonOf(const HttpResponse& r) {
-  if (r.code == 0) return r.error;
-  json j = json::parse(r.body, nullptr, false);
-  std::string msg = j.is_object() ? j.value("message", "") : "";
-  return "HTTP " + std::to_string(r.code) + ": " + (msg.empty() ? r.body.substr(0, 200) : msg);
-}
-
 ApiRead classify(long code) {
   if (code == 404) return ApiRead::NotFound;
   if (code == 403) return ApiRead::Forbidden;
@@ -42,10 +34,10 @@ void readCiliumConfig(const HttpResponse& r, const ClusterDnsOptions& o, Cluster
       out.cilium_detail = "no Cilium: " + what + " does not exist";
       return;
     case ApiRead::Forbidden:
-      out.cilium_detail = "failed to read " + what + ": " + reasonOf(r);
+      out.cilium_detail = "failed to read " + what + ": " + describe(r);
       return;
     case ApiRead::Failed:
-      out.cilium_detail = "failed to read " + what + ": " + reasonOf(r);
+      out.cilium_detail = "failed to read " + what + ": " + describe(r);
       return;
     case ApiRead::Ok:
       break;
@@ -66,7 +58,7 @@ void readDnsEndpoints(const HttpResponse& r, const ClusterDnsOptions& o, Cluster
   out.endpoints_read = classify(r.code);
   // A list of a Service with no slices is 200 and empty; 404 means the API has no such group.
   if (out.endpoints_read != ApiRead::Ok) {
-    out.endpoints_detail = "failed to list " + what + ": " + reasonOf(r);
+    out.endpoints_detail = "failed to list " + what + ": " + describe(r);
     return;
   }
   json list = json::parse(r.body, nullptr, false);

@@ -48,15 +48,6 @@ std::optional<json> parseJson(std::string_view text) {
   return j;
 }
 
-// The API server's Status message, or the start of the body, for log lines.
-std::string describe(const HttpResponse& r) {
-  if (r.code == 0) return r.error;
-  std::string msg;
-  if (auto j = parseJson(r.body)) msg = j->value("message", "");
-  if (msg.empty()) msg = r.body.substr(0, 200);
-  return "HTTP " + std::to_string(r.code) + ": " + msg;
-}
-
 class KubePublisher final : public Publisher {
  public:
   KubePublisher(ClientConfig client, PublisherOptions o, prometheus::Registry& registry)

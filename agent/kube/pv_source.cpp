@@ -72,14 +72,6 @@ Result<std::vector<std::string>> stringList(const json& req) {
   return out;
 }
 
-std::string describe(long code, const std::string& body, const std::string& transport) {
-  if (code == 0) return transport.empty() ? "no response" : transport;
-  json j = json::parse(body, nullptr, false);
-  std::string msg = j.is_object() ? str(j, "message") : std::string();
-  if (msg.empty()) msg = body.substr(0, 200);
-  return "HTTP " + std::to_string(code) + ": " + msg;
-}
-
 int errnoOf(long code, const std::string& transport) {
   if (code == 401 || code == 403) return EACCES;
   if (code == 0 && transport.find("imeout") != std::string::npos) return ETIMEDOUT;
@@ -292,18 +284,16 @@ void ApiPvSource::loop() {
   }
 }
 
-ApiPvSource::Outcome ApiPvSource::get(const std::string& verb, const std::string& path) {
+HttpResponse ApiPvSource::get(const std::string& verb, const std::string& path) {
   Backoff backoff(0.5, 8, std::random_device{}());
-  Outcome out;
   for (int attempt = 1;; ++attempt) {
     auto r = http_.request(verb, "GET", path, {}, {}, o_.timeout_s);
-    out = Outcome{r.code, std::move(r.body), r.error};
     const bool retry = r.code == 0 || r.code == 429 || r.code >= 500;
-    if (!retry || attempt >= kAttempts || stop_.stopped()) return out;
+    if (!retry || attempt >= kAttempts || stop_.stopped()) return r;
     // Retry-After is the server's promise of when to come back; otherwise back off.
     double wait = r.retry_after && (r.code == 429 || r.code == 503) ? std::min(*r.retry_after, 30.0)
                                                                     : backoff.next();
-    if (!stop_.sleepFor(std::chrono::duration<double>(wait))) return out;
+    if (!stop_.sleepFor(std::chrono::duration<double>(wait))) return r;
   }
 }
 
@@ -317,7 +307,7 @@ void ApiPvSource::refresh() {
   auto n = get("get", "/api/v1/nodes/" + o_.node_name);
   if (n.code != 200) {
     fail(Error{errnoOf(n.code, n.error),
-               "failed to get node " + o_.node_name + ": " + describe(n.code, n.body, n.error)});
+               "failed to get node " + o_.node_name + ": " + describe(n)});
     return;
   }
   auto node = parseNode(n.body);
@@ -360,7 +350,7 @@ Result<PvListing> ApiPvSource::listPinned(const NodeIdentity& node) {
     }
     if (r.code != 200)
       return Error{errnoOf(r.code, r.error),
-                   "failed to list persistentvolumes: " + describe(r.code, r.body, r.error)};
+                   "failed to list persistentvolumes: " + describe(r)};
     auto page = parsePvPage(r.body, node, o_.node_keys);
     if (!page) return page.error();
     ++pages;
@@ -431,7 +421,7 @@ void ApiPvSource::resolveClaims(std::vector<LocalPv>* pvs, const std::vector<std
       if (r.code == 404) {
         c.claim.phase = "Missing";
       } else if (r.code != 200) {
-        claim_problem = describe(r.code, r.body, r.error);
+        claim_problem = describe(r);
         ++unresolved;
         continue;
       } else if (auto info = parseClaim(r.body); !info) {
@@ -457,7 +447,7 @@ void ApiPvSource::resolveClaims(std::vector<LocalPv>* pvs, const std::vector<std
           if (d.code == 200) {
             if (auto vm = vmOfDataVolume(d.body)) c.claim.vm = *vm;
           } else if (d.code != 404) {
-            dv_problem = describe(d.code, d.body, d.error);
+            dv_problem = describe(d);
           }
           if (d.code == 200 || d.code == 404) dv_vm_[c.claim.datavolume_uid] = c.claim.vm;
         }

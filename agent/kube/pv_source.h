@@ -102,11 +102,7 @@ class ApiPvSource final : public PvSource {
     ClaimInfo claim;
     bool claim_found = false;
   };
-  struct Outcome {
-    long code = 0;
-    std::string body, error;
-  };
-  Outcome get(const std::string& verb, const std::string& path);
+  HttpResponse get(const std::string& verb, const std::string& path);
   Result<PvListing> listPinned(const NodeIdentity& node);
   void resolveClaims(std::vector<LocalPv>* pvs, const std::vector<std::string>& claim_uids,
                      const std::vector<std::string>& pv_rvs, std::string* note);
