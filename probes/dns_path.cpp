@@ -34,7 +34,8 @@ std::string launcherVmiFromCmdline(std::string_view cmdline) {
   return std::string(ns.empty() ? "default" : ns) + "/" + std::string(name);
 }
 
-std::vector<LauncherProcess> findVirtLaunchers(const HostRoot& host) {
+std::vector<LauncherProcess> findProcesses(const HostRoot& host,
+                                           const std::set<std::string, std::less<>>& comms) {
   std::vector<LauncherProcess> out;
   DIR* d = ::opendir(host.proc().c_str());
   if (!d) return out;
@@ -42,13 +43,15 @@ std::vector<LauncherProcess> findVirtLaunchers(const HostRoot& host) {
     auto pid = parseU64(e->d_name);
     if (!pid) continue;
     std::string base = std::string(e->d_name) + "/";
-    // Processes come and go during the scan: a vanished one is simply not a launcher.
+    // Processes come and go during the scan: a vanished one is simply not there.
     auto comm = readValue(host.proc(base + "comm"));
-    if (!comm || *comm != "virt-launcher") continue;
+    if (!comm || !comms.count(*comm)) continue;
     LauncherProcess p;
     p.pid = static_cast<int>(*pid);
-    if (auto cmd = readFile(host.proc(base + "cmdline"), 1u << 16))
-      p.vmi = launcherVmiFromCmdline(*cmd);
+    p.comm = *comm;
+    if (p.comm == "virt-launcher")
+      if (auto cmd = readFile(host.proc(base + "cmdline"), 1u << 16))
+        p.vmi = launcherVmiFromCmdline(*cmd);
     p.netns_path = host.proc(base + "ns/net");
     out.push_back(std::move(p));
   }
@@ -56,6 +59,10 @@ std::vector<LauncherProcess> findVirtLaunchers(const HostRoot& host) {
   std::sort(out.begin(), out.end(),
             [](const LauncherProcess& a, const LauncherProcess& b) { return a.pid < b.pid; });
   return out;
+}
+
+std::vector<LauncherProcess> findVirtLaunchers(const HostRoot& host) {
+  return findProcesses(host, {"virt-launcher"});
 }
 
 namespace {

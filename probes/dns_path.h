@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,14 +24,19 @@ namespace nodegate {
 
 struct LauncherProcess {
   int pid = 0;
-  std::string vmi;         // "namespace/name" from its --namespace/--name arguments; "" if absent
+  std::string comm;        // the process name the scan matched
+  std::string vmi;         // virt-launcher: "namespace/name" from its --namespace/--name
+                           // arguments; "" if absent or another process
   std::string netns_path;  // <proc>/PID/ns/net
 };
 
 // The VMI a virt-launcher serves, from its NUL-separated command line; "" when it names none.
 std::string launcherVmiFromCmdline(std::string_view cmdline);
-// Every process whose comm is exactly "virt-launcher" (the monitor's comm is
-// "virt-launcher-m", truncated to 15 bytes, and is not one).
+// Every process whose comm is exactly one of `comms`, by pid, in one pass over procfs (the DNS
+// tracer looks for virt-launchers and DNS servers together). comm is the kernel's 15-byte name:
+// the launcher's monitor, "virt-launcher-monitor", shows as "virt-launcher-m" and is not one.
+std::vector<LauncherProcess> findProcesses(const HostRoot& host,
+                                           const std::set<std::string, std::less<>>& comms);
 std::vector<LauncherProcess> findVirtLaunchers(const HostRoot& host);
 
 // --- static configuration: Cilium ------------------------------------------------------------

@@ -11,6 +11,8 @@
 
 #include <netlink/cache.h>
 #include <netlink/netlink.h>
+#include <arpa/inet.h>
+#include <netlink/route/addr.h>
 #include <netlink/route/link.h>
 
 #include "dns_path.h"
@@ -18,7 +20,28 @@
 namespace nodegate::dns {
 namespace {
 
-Result<std::vector<LinkInfo>> listLinksHere() {
+// The addresses of every link, by ifindex, as text without prefix length.
+Result<std::map<int, std::vector<std::string>>> addressesHere(nl_sock* sk) {
+  nl_cache* cache = nullptr;
+  int err = rtnl_addr_alloc_cache(sk, &cache);
+  if (err < 0) return Error{0, std::string("failed to list addresses: ") + nl_geterror(err)};
+  std::map<int, std::vector<std::string>> out;
+  for (nl_object* o = nl_cache_get_first(cache); o; o = nl_cache_get_next(o)) {
+    auto* a = reinterpret_cast<rtnl_addr*>(o);
+    nl_addr* local = rtnl_addr_get_local(a);
+    if (!local) continue;
+    int family = nl_addr_get_family(local);
+    char text[INET6_ADDRSTRLEN] = {};
+    if ((family != AF_INET && family != AF_INET6) ||
+        !::inet_ntop(family, nl_addr_get_binary_addr(local), text, sizeof text))
+      continue;
+    out[rtnl_addr_get_ifindex(a)].push_back(text);
+  }
+  nl_cache_free(cache);
+  return out;
+}
+
+Result<std::vector<LinkInfo>> listLinksHere(bool with_addresses) {
   nl_sock* sk = nl_socket_alloc();
   if (!sk) return Error{ENOMEM, "failed to allocate netlink socket"};
   std::vector<LinkInfo> out;
@@ -40,6 +63,15 @@ Result<std::vector<LinkInfo>> listLinksHere() {
     out.push_back(std::move(li));
   }
   nl_cache_free(cache);
+  if (with_addresses) {
+    auto addrs = addressesHere(sk);
+    if (!addrs) {
+      nl_socket_free(sk);
+      return addrs.error();
+    }
+    for (auto& l : out)
+      if (auto it = addrs->find(l.ifindex); it != addrs->end()) l.addresses = it->second;
+  }
   nl_socket_free(sk);
   return out;
 }
@@ -50,8 +82,8 @@ bool startsWith(const std::string& s, std::string_view p) {
 
 }  // namespace
 
-Result<std::vector<LinkInfo>> listLinks(const std::string& netns_path) {
-  if (netns_path.empty()) return listLinksHere();
+Result<std::vector<LinkInfo>> listLinks(const std::string& netns_path, bool with_addresses) {
+  if (netns_path.empty()) return listLinksHere(with_addresses);
   int fd = ::open(netns_path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errnoError(errno, "open netns " + netns_path);
   // setns() changes only the calling thread's netns; a thread of its own keeps every other
@@ -62,7 +94,7 @@ Result<std::vector<LinkInfo>> listLinks(const std::string& netns_path) {
       result = errnoError(errno, "enter netns " + netns_path);
       return;
     }
-    result = listLinksHere();
+    result = listLinksHere(with_addresses);
   });
   t.join();
   ::close(fd);
@@ -128,7 +160,8 @@ std::vector<HopDevice> assignHops(const std::vector<NetnsView>& views) {
     }
   }
   for (const auto& v : views) {
-    if (v.role != NetnsRole::Extra || isLauncher(v) || host_side.count(v.ino)) continue;
+    bool candidate = v.role == NetnsRole::DnsServer || v.role == NetnsRole::Extra;
+    if (!candidate || isLauncher(v) || host_side.count(v.ino)) continue;
     for (const auto& l : v.links) {
       if (l.name != "eth0" || l.peer_ifindex == 0) continue;
       auto [w, m] = peerOf(v, l);
@@ -140,7 +173,8 @@ std::vector<HopDevice> assignHops(const std::vector<NetnsView>& views) {
   return out;
 }
 
-DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string>& extra_netns) {
+DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string>& extra_netns,
+                             const DnsServerHints& servers) {
   DiscoveryResult res;
   std::vector<NetnsView> views;
   std::set<std::uint64_t> seen;
@@ -157,7 +191,10 @@ DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string
         if (v.ino == *ino && v.vmi.empty()) v.vmi = vmi;
       return nullptr;
     }
-    auto links = listLinks(path);
+    // Addresses are read where endpoints are matched: DNS server netns, and the node's own (a
+    // hostNetwork server holds its endpoint there).
+    bool addrs = role == NetnsRole::DnsServer || (role == NetnsRole::Self && servers.endpoints);
+    auto links = listLinks(path, addrs);
     if (!links) {
       res.errors.push_back(links.error().message);
       seen.erase(*ino);
@@ -167,12 +204,43 @@ DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string
     return &views.back();
   };
   addView("", NetnsRole::Self, "");
-  for (const auto& p : findVirtLaunchers(host)) {
+  auto names = servers.process_names;
+  names.insert("virt-launcher");
+  std::vector<LauncherProcess> server_procs;
+  for (auto& p : findProcesses(host, names)) {
+    if (p.comm != "virt-launcher") {
+      server_procs.push_back(std::move(p));
+      continue;
+    }
     res.launcher_pids.push_back(p.pid);
     addView(p.netns_path, NetnsRole::Launcher,
             p.vmi.empty() ? "pid/" + std::to_string(p.pid) : p.vmi);
   }
   for (const auto& p : extra_netns) addView(p, NetnsRole::Extra, "");
+  // DNS servers last: a server netns that is also a launcher's or an extra keeps that role. A
+  // server in the node's own netns (hostNetwork) is deduplicated away: it has no hop of its own.
+  std::set<std::string> matched;
+  if (!views.empty() && views.front().role == NetnsRole::Self)
+    for (const auto& l : views.front().links) matched.insert(l.addresses.begin(), l.addresses.end());
+  for (const auto& p : server_procs) {
+    NetnsView* v = addView(p.netns_path, NetnsRole::DnsServer, "");
+    if (!v || !servers.endpoints) continue;
+    bool endpoint = false;
+    for (const auto& l : v->links)
+      for (const auto& a : l.addresses)
+        if (servers.endpoints->count(a)) {
+          endpoint = true;
+          matched.insert(a);
+        }
+    // Not an endpoint of the kube-dns Service: a process of that name serving something else.
+    // addView() just appended it, so it is the last view.
+    if (!endpoint) views.pop_back();
+  }
+  for (const auto& a : servers.expected_here)
+    if (!matched.count(a))
+      res.errors.push_back("kube-dns endpoint " + a +
+                           " is on this node but no DNS server process's netns holds it "
+                           "(dns-path.server_processes names the processes looked at)");
   for (const auto& v : views) {
     bool launcher = v.role == NetnsRole::Launcher;
     for (const auto& l : v.links)
@@ -180,6 +248,10 @@ DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string
     if (launcher) ++res.launchers;
   }
   res.devices = assignHops(views);
+  for (const auto& v : views)
+    if (v.role == NetnsRole::DnsServer)
+      for (const auto& d : res.devices)
+        if (d.netns_ino == v.ino && d.hop == Hop::Server) ++res.dns_servers;
   return res;
 }
 

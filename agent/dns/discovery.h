@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,10 +22,12 @@ struct LinkInfo {
   std::string kind;      // rtnetlink IFLA_INFO_KIND: "veth", "bridge", "tun", "" when none
   int peer_ifindex = 0;  // IFLA_LINK: a veth's peer (in whatever netns the peer lives)
   int master = 0;        // bridge the link is enslaved to
+  std::vector<std::string> addresses;  // IPv4/IPv6 addresses, no prefix; only when asked for
 };
 
-// Lists the links of the netns at netns_path ("" = the caller's own).
-Result<std::vector<LinkInfo>> listLinks(const std::string& netns_path);
+// Lists the links of the netns at netns_path ("" = the caller's own), with their addresses when
+// with_addresses (one more rtnetlink dump: only DNS server candidates need them).
+Result<std::vector<LinkInfo>> listLinks(const std::string& netns_path, bool with_addresses = false);
 // st_ino of a netns file: what the tracer stamps on events (ng_dns_event::netns_ino).
 Result<std::uint64_t> netnsInode(const std::string& netns_path);
 
@@ -31,6 +35,7 @@ enum class NetnsRole {
   Self,      // the agent's own netns (the node's, under hostNetwork)
   Launcher,  // a virt-launcher pod's netns (found from a process)
   Extra,     // --dns-netns: a launcher (has k6t-*), the host side, or a DNS server's netns
+  DnsServer, // a DNS server process's netns (CoreDNS), found by process name
 };
 
 struct NetnsView {
@@ -59,14 +64,30 @@ struct HopDevice {
 // named after its netns file ("netns/<basename>") so its queries are still kept apart.
 std::vector<HopDevice> assignHops(const std::vector<NetnsView>& views);
 
-// Everything discovery reads from the host: virt-launcher processes (via HostRoot) and extra
-// netns paths, each listed with listLinks(). Netns that cannot be read are skipped and reported.
+// Where the cluster's DNS servers run on this node. Their pods' netns are found through their
+// processes (hostPID; comm in `process_names`, default "coredns"). With an API connection a
+// netns counts only when one of its links holds an address of the kube-dns Service's endpoints
+// (`endpoints`, from the EndpointSlices): a process name alone is a guess, the endpoint is what
+// the Service really sends queries to. Without the API (nullopt) the name is all there is.
+// `expected_here` are the endpoints the slices place on this node: one no netns holds is
+// reported, since its queries then go untraced past the host.
+struct DnsServerHints {
+  std::set<std::string, std::less<>> process_names{"coredns"};
+  std::optional<std::set<std::string>> endpoints;
+  std::set<std::string> expected_here;
+};
+
+// Everything discovery reads from the host: virt-launcher and DNS server processes (via
+// HostRoot) and extra netns paths, each listed with listLinks(). Netns that cannot be read are
+// skipped and reported.
 struct DiscoveryResult {
   std::vector<HopDevice> devices;
   std::size_t launchers = 0;       // launcher netns found (processes + extras with a k6t bridge)
   std::vector<int> launcher_pids;  // virt-launcher processes found: their exit stops a VM
+  std::size_t dns_servers = 0;     // DNS server netns taken (Server and HostOut hops)
   std::vector<std::string> errors;
 };
-DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string>& extra_netns);
+DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string>& extra_netns,
+                             const DnsServerHints& servers = {});
 
 }  // namespace nodegate::dns

@@ -375,9 +375,22 @@ struct DnsService::Impl {
     }
   }
 
+  DnsServerHints serverHints() const {
+    DnsServerHints h;
+    h.process_names = cfg.server_processes;
+    auto f = cfg.cluster ? cfg.cluster->facts() : std::nullopt;
+    if (!f || f->endpoints_read != ApiRead::Ok) return h;
+    h.endpoints.emplace();
+    for (const auto& e : f->dns_endpoints) {
+      h.endpoints->insert(e.address);
+      if (!cfg.node_name.empty() && e.node == cfg.node_name) h.expected_here.insert(e.address);
+    }
+    return h;
+  }
+
   void rescan() {
     ++rescans;
-    DiscoveryResult found = discoverHops(host, cfg.extra_netns);
+    DiscoveryResult found = discoverHops(host, cfg.extra_netns, serverHints());
     {
       std::lock_guard lk(pids_mu);
       launcher_pids = {found.launcher_pids.begin(), found.launcher_pids.end()};
@@ -686,6 +699,11 @@ Result<std::unique_ptr<Extension>> startDnsTracer(AgentServices& s) {
 
   DnsServiceConfig cfg;
   cfg.extra_netns = s.options.dns_netns;
+  cfg.node_name = s.options.node_name;
+  // CoreDNS by default; other servers the Service points at (a renamed build) by their comm.
+  cfg.server_processes.clear();
+  for (auto& name : s.config.list("dns-path", "server_processes", {"coredns"}))
+    cfg.server_processes.insert(std::move(name));
   cfg.limits.timeout_ns =
       static_cast<std::uint64_t>(s.config.number("dns-path", "query_timeout_seconds", 5) * 1e9);
   cfg.window =

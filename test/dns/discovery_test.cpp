@@ -9,7 +9,7 @@ namespace nodegate::dns {
 namespace {
 
 LinkInfo link(int idx, std::string name, std::string kind = "veth", int peer = 0, int master = 0) {
-  return {idx, std::move(name), std::move(kind), peer, master};
+  return {idx, std::move(name), std::move(kind), peer, master, {}};
 }
 
 const HopDevice* find(const std::vector<HopDevice>& d, Hop h, const std::string& vmi = "*") {
@@ -91,6 +91,24 @@ TEST(AssignHops, ExtraNetnsWithBridgeIsALauncherNamedAfterItsFile) {
   // The host side of a launcher is never mistaken for a DNS server's netns.
   EXPECT_FALSE(find(d, Hop::Server));
   EXPECT_EQ(hv->ifindex, 20);
+}
+
+TEST(AssignHops, DnsServerProcessNetnsIsTheServerHop) {
+  auto views = twoVmNode();
+  views[3].role = NetnsRole::DnsServer;
+  views[3].path = "/proc/300/ns/net";
+  auto d = assignHops(views);
+  const HopDevice* out = find(d, Hop::HostOut);
+  const HopDevice* srv = find(d, Hop::Server);
+  ASSERT_TRUE(out && srv);
+  EXPECT_EQ(out->ifname, "lxcdns");
+  EXPECT_EQ(srv->netns_path, "/proc/300/ns/net");
+  EXPECT_EQ(srv->vmi, "");
+  // A DNS server netns whose eth0 is not paired with a netns we know gives no hop at all.
+  views[3].links = {link(1, "lo", ""), link(2, "eth0", "veth", 99)};
+  d = assignHops(views);
+  EXPECT_FALSE(find(d, Hop::Server));
+  EXPECT_FALSE(find(d, Hop::HostOut));
 }
 
 TEST(AssignHops, NothingToTraceWithoutLaunchers) {
