@@ -12,22 +12,10 @@
 # private LVM_SYSTEM_DIR and system ID, as in lvm_real_test.sh, so the host ignores the test VG.
 set -euo pipefail
 : "${NODEGATE:?path of the nodegate binary}"
-command -v lvm >/dev/null || { echo "SKIP: lvm2 is not installed (tools/install-deps.sh installs it)"; exit 77; }
 command -v blkid >/dev/null || { echo "SKIP: blkid (util-linux) is not installed"; exit 77; }
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root for losetup"; exit 77; }
-
-tmp=$(mktemp -d /tmp/nodegate-lvmlabel-XXXXXX)
-vg="nglabel$$"
-loops=()
-cleanup() {
-  set +e
-  [ -d "$tmp/etc" ] && LVM_SYSTEM_DIR="$tmp/etc" lvm vgremove -f "$vg" >/dev/null 2>&1
-  for l in "${loops[@]}"; do losetup -d "$l" 2>/dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+# shellcheck source=lvm_isolated.sh
+. "$(dirname "$0")/lvm_isolated.sh"
+lvm_sandbox nglabel
 lvm_of() { jq -c '.checks[] | select(.check == "lvm")' "$1"; }
 evidence() { jq -r --arg s "$2" '.evidence[] | select(.source == $s) | .observed' <<<"$1"; }
 
@@ -56,17 +44,13 @@ fi
 
 # 2. Three loop devices: zeros, a PV in a VG (label in sector 1), a PV labelled in sector 3.
 truncate -s 64M "$tmp/zero.img" "$tmp/pv1.img" "$tmp/pv3.img"
-for f in zero pv1 pv3; do loops+=("$(losetup -f --show "$tmp/$f.img")"); done
+for f in zero pv1 pv3; do attach_loop "$tmp/$f.img"; done
 zero=${loops[0]} pv1=${loops[1]} pv3=${loops[2]}
-# shellcheck source=lvm_isolated.sh
-. "$(dirname "$0")/lvm_isolated.sh"
 isolated_lvm_config "$tmp" "$pv1" "$pv3" "$zero"
-export LVM_SUPPRESS_FD_WARNINGS=1
-lvmx() { LVM_SYSTEM_DIR="$tmp/etc" lvm "$@"; }
 lvmx pvcreate -q "$pv1" >/dev/null
 lvmx vgcreate -q "$vg" "$pv1" >/dev/null
 lvmx pvcreate -q --labelsector 3 "$pv3" >/dev/null
-cmd="env LVM_SYSTEM_DIR=$tmp/etc LVM_SUPPRESS_FD_WARNINGS=1 lvm"
+cmd=$lvm_cmd
 
 # check_one LOOP: `nodegate check` with a sysfs and devfs holding only LOOP; prints the lvm check.
 check_one() {

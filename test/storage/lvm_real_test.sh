@@ -9,35 +9,19 @@
 # other tests' `nodegate check`) treats the test VG as foreign and ignores it.
 set -euo pipefail
 : "${NODEGATE:?path of the nodegate binary}"
-command -v lvm >/dev/null || { echo "SKIP: lvm2 is not installed (tools/install-deps.sh installs it)"; exit 77; }
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root for losetup"; exit 77; }
-
-tmp=$(mktemp -d /tmp/nodegate-lvmreal-XXXXXX)
-vg="ngtest$$"
-loops=()
-cleanup() {
-  set +e
-  if [ -d "$tmp/etc" ]; then
-    LVM_SYSTEM_DIR="$tmp/etc" lvm vgremove -f "$vg" >/dev/null 2>&1
-  fi
-  for l in "${loops[@]}"; do losetup -d "$l" 2>/dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-truncate -s 64M "$tmp/a.img" "$tmp/b.img"
-loops+=("$(losetup -f --show "$tmp/a.img")")
-loops+=("$(losetup -f --show "$tmp/b.img")")
-mkdir -p "$tmp/run"
 # shellcheck source=lvm_isolated.sh
 . "$(dirname "$0")/lvm_isolated.sh"
+lvm_sandbox ngtest
+
+truncate -s 64M "$tmp/a.img" "$tmp/b.img"
+attach_loop "$tmp/a.img"
+attach_loop "$tmp/b.img"
+mkdir -p "$tmp/run"
 isolated_lvm_config "$tmp" "${loops[0]}" "${loops[1]}"
-export LVM_SUPPRESS_FD_WARNINGS=1
-lvmx() { LVM_SYSTEM_DIR="$tmp/etc" lvm "$@"; }
 lvmx pvcreate -q "${loops[@]}" >/dev/null
 lvmx vgcreate -q "$vg" "${loops[@]}" >/dev/null
 
-cmd="env LVM_SYSTEM_DIR=$tmp/etc LVM_SUPPRESS_FD_WARNINGS=1 lvm"
+cmd=$lvm_cmd
 echo "{\"checks\": {\"lvm\": {\"volume_group\": \"$vg\"}}}" >"$tmp/cfg.json"
 run() {
   "$NODEGATE" check --output json --host-root "$tmp/root" --config "$tmp/cfg.json" \
@@ -45,8 +29,6 @@ run() {
   jq -c '.checks[] | select(.check == "lvm")' "$tmp/out.json"
 }
 mkdir -p "$tmp/root"
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
 # 1. Complete VG: PASS, and the sizes are the ones lvm's own vgs prints.
 got=$(run)
