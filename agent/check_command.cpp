@@ -3,7 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <future>
+#include <atomic>
+#include <thread>
 #include <iostream>
 
 #include "commands.h"
@@ -14,6 +15,8 @@
 
 namespace nodegate {
 namespace {
+
+constexpr std::size_t kCheckWorkers = 2;  // plus the calling thread
 
 // Exit codes (README documents them): 0 every check PASS, 1 any FAIL, 3 no FAIL but some
 // WARN/UNKNOWN. 2 is reserved for usage errors.
@@ -71,17 +74,23 @@ int runCheck(const Options& opts) {
   HostRoot host = opts.hostRoot();
   ProbeContext ctx{host, *cfg};
   auto probes = makeProbes(productionSeams());
-  // Probes are independent waits (a child process, the kernel building a VM, a socket), so a
-  // one-shot check runs them side by side; the table keeps registry order.
-  std::vector<std::future<CheckResult>> pending;
-  pending.reserve(probes.size());
-  for (auto& p : probes)
-    pending.push_back(std::async(std::launch::async, [&ctx, probe = p.get()] {
-      return runProbe(*probe, ctx);
-    }));
-  std::vector<CheckResult> results;
-  results.reserve(probes.size());
-  for (auto& f : pending) results.push_back(f.get());
+  // A few probes wait (lvm as a child process, D-Bus calls, the kernel building a VM), so a
+  // one-shot check runs probes side by side; the table keeps registry order. Three threads take
+  // the probes in turn rather than one thread each: most probes are file reads of microseconds,
+  // and a thread per probe (stack mapping, page faults, clone, teardown) cost more CPU than the
+  // reads (perf stat, docs/benchmarks/check.md), while three still let lvm and both D-Bus probes
+  // wait at the same time.
+  std::vector<CheckResult> results(probes.size());
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < probes.size();)
+      results[i] = runProbe(*probes[i], ctx);
+  };
+  std::vector<std::thread> workers;
+  for (std::size_t i = 0; i < std::min(kCheckWorkers, probes.size()); ++i)
+    workers.emplace_back(work);
+  work();
+  for (auto& t : workers) t.join();
   bool gate = gateOpen(results, *cfg);
 
   if (opts.output == "json") {
