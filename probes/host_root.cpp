@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace nodegate {
@@ -31,10 +32,16 @@ std::string HostRoot::join(const std::string& base, std::string_view rel) {
 Result<std::string> readFile(const std::string& path, std::size_t max_bytes) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errnoError(errno, "open " + path);
+  // Read straight into the string, 4 KiB at a time: an 8 KiB buffer on the stack made this the
+  // deepest frame of every probe thread and HTTP worker, and the stack pages it touched stayed
+  // resident in each of them (~0.2 MiB over the agent's threads).
+  constexpr std::size_t kChunk = 4096;
   std::string out;
-  char buf[8192];
   for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
+    const std::size_t used = out.size();
+    out.resize(used + kChunk);
+    ssize_t n = ::read(fd, out.data() + used, kChunk);
+    out.resize(used + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
     if (n < 0) {
       if (errno == EINTR) continue;
       int err = errno;
@@ -42,7 +49,6 @@ Result<std::string> readFile(const std::string& path, std::size_t max_bytes) {
       return errnoError(err, "read " + path);
     }
     if (n == 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
     if (out.size() > max_bytes) {
       ::close(fd);
       return Error{EFBIG, "failed to read " + path + ": larger than " +

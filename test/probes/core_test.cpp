@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -25,6 +27,28 @@ TEST(ReadFile, MissingFileKeepsErrno) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, ENOENT);
   EXPECT_EQ(r.error().message.rfind("failed to open", 0), 0u);
+}
+
+TEST(ReadFile, WholeFileAcrossReadsAndTheSizeCap) {
+  char tmpl[] = "/tmp/nodegate-readfile-XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  std::string want;
+  for (int i = 0; want.size() < 10000; ++i) want += std::to_string(i) + (i % 7 ? ' ' : '\n');
+  ASSERT_EQ(::write(fd, want.data(), want.size()), static_cast<ssize_t>(want.size()));
+  ::close(fd);
+  auto all = readFile(tmpl);  // three reads of 4 KiB, the last one short
+  ASSERT_TRUE(all.ok()) << all.error().message;
+  EXPECT_EQ(*all, want);
+  auto capped = readFile(tmpl, 5000);
+  ASSERT_FALSE(capped.ok());
+  EXPECT_EQ(capped.error().code, EFBIG);
+  ::unlink(tmpl);
+  // procfs files report size 0 and are read until EOF.
+  auto self = readFile("/proc/self/status");
+  ASSERT_TRUE(self.ok());
+  EXPECT_NE(self->find("\nVmRSS:"), std::string::npos);
+  EXPECT_EQ(self->back(), '\n');
 }
 
 TEST(Config, RejectsUnknownKeysAndBadTypes) {
