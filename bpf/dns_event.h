@@ -13,7 +13,20 @@
  *   table before the callback sees the event, no longer by the BPF side: same meaning for users.
  *   The BPF side reads the question's first length byte into the byte before qname, so _pad must
  *   stay right before qname (a static assert in dns_tracer.bpf.c checks it); it is 0 on delivery.
- *   No field moved. */
+ *   No field moved.
+ * - 2026-11-29 (round 3) the BPF side no longer walks the question name: it copies the raw
+ *   wire-format question (labels, then qtype and qclass) into qname, min(qrest, NG_DNS_QNAME_MAX)
+ *   bytes, and the loader decodes it on the poll thread (bpf/dns_wire.h) before the callback sees
+ *   the event, so qname/qtype/NG_F_PARSE_ERR/NG_F_QNAME_TRUNC reach users as before. _pad is now
+ *   qrest: the number of message bytes from the question on (clipped to 0xFFFF), kept on delivery.
+ *   Changed meaning: a question longer than the capture (a name of more than 124 dotted
+ *   characters) now comes with qtype 0 (unknown) and NG_F_QNAME_TRUNC, qname holding what was
+ *   captured; every hop captures the same bytes, so such queries still correlate (by id and name
+ *   prefix). Errors past the first 128 question bytes (a pointer or bad label there, a name over
+ *   255 bytes) are no longer detected: those questions are reported truncated, not malformed.
+ *   One tc program (ng_tc) now serves both hooks; dir comes from the kernel's skb->tc_at_ingress
+ *   (same values for real attachments; a BPF_PROG_TEST_RUN run is outside any hook and says
+ *   NG_DIR_EGRESS). No field moved. */
 #ifndef NODEGATE_DNS_EVENT_H
 #define NODEGATE_DNS_EVENT_H
 
@@ -23,7 +36,8 @@
 #include <linux/types.h>
 #endif
 
-#define NG_DNS_QNAME_MAX 128 /* bytes of the question name kept, dotted, NUL-terminated */
+#define NG_DNS_QNAME_MAX 128 /* bytes of the question name kept, dotted, NUL-terminated (on the
+                                ring: bytes of the raw wire-format question captured) */
 
 enum ng_dns_event_kind {
   NG_EV_PACKET = 1, /* a DNS packet seen by a tc program */
@@ -42,7 +56,9 @@ enum ng_dns_dir {
 #define NG_F_TCP 0x0004       /* carried over TCP (length prefix parsed) */
 #define NG_F_IPV6 0x0008      /* IPv6 packet */
 #define NG_F_PARSE_ERR 0x0010 /* port 53 but not parseable DNS (qname empty) */
-#define NG_F_QNAME_TRUNC 0x0020 /* name longer than NG_DNS_QNAME_MAX-1: kept prefix */
+#define NG_F_QNAME_TRUNC 0x0020 /* question longer than the capture (or the name longer than
+                                   NG_DNS_QNAME_MAX-1): qname is the captured prefix; qtype 0 if
+                                   it was not captured */
 #define NG_F_VLAN 0x0040        /* 802.1Q/802.1ad tag(s) in the frame (skipped, up to two) */
 #define NG_F_FRAG 0x0080        /* first fragment of a fragmented IP datagram */
 #define NG_F_HOP_SET 0x0100     /* hop looked up from the device map */
@@ -65,8 +81,8 @@ struct ng_dns_event {
   __u8 rcode;
   __u8 hop;             /* hop class configured per attached device (user space assigns) */
   __u16 pkt_len;
-  __u16 _pad;
-  char qname[NG_DNS_QNAME_MAX];
+  __u16 qrest;          /* bytes of the DNS message from the question on, clipped to 0xFFFF */
+  char qname[NG_DNS_QNAME_MAX]; /* delivered: dotted name; on the ring: raw question bytes */
 };
 
 #endif

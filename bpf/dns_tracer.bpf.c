@@ -1,7 +1,8 @@
-/* The DNS tracer's kernel side: a tc classifier (one program per direction) that reports every DNS
- * packet it sees on a device, and a skb:kfree_skb raw tracepoint that reports DNS packets the kernel
- * drops, with the drop reason. Both share one parser (L3 → L4 → DNS header → question) that reads
- * through ng_load(): bpf_skb_load_bytes() for tc, bpf_probe_read_kernel() for the tracepoint.
+/* The DNS tracer's kernel side: a tc classifier (one program, attached to both directions) that
+ * reports every DNS packet it sees on a device, and a skb:kfree_skb raw tracepoint that reports
+ * DNS packets the kernel drops, with the drop reason. Both share one parser (L3 → L4 → DNS header
+ * → raw question) that reads through ng_load(): bpf_skb_load_bytes() for tc,
+ * bpf_probe_read_kernel() for the tracepoint.
  *
  * Why these hooks: tc sees every frame on the KubeVirt devices (tap, bridge, veth) including
  * forwarded ones that never meet a socket; kprobes and fentry are unavailable on the target kernels,
@@ -70,7 +71,7 @@ struct ng_src {
 
 /* What the L2–L4 walk found. */
 struct ng_meta {
-  __u8 saddr[16];
+  __u8 saddr[16] __attribute__((aligned(8)));
   __u8 daddr[16];
   __u16 sport;
   __u16 dport;
@@ -104,43 +105,63 @@ static __always_inline int ng_load(const struct ng_src *s, __u32 off, void *dst,
   return bpf_skb_load_bytes(s->skb, off, dst, n);
 }
 
-/* Fixed-size header reads. In tc they come straight from the linear packet data (a few loads
- * instead of a helper call, which is most of the cost for non-DNS packets); headers that are not
- * in the linear part (rare: the stack pulls L2-L4 headers) make the packet skipped, not read
- * through a slower fallback, which would double the paths the verifier walks at every read. The
- * tracepoint reads through bpf_probe_read_kernel(). */
-#define NG_LOAD_HDR(s, off, dst, n)                                                              \
+/* Header bytes: a pointer to n bytes at off, or NULL when they are not there. tc points straight
+ * into the linear packet data, so fields are read where they are (no copy to the stack first);
+ * headers that are not in the linear part (rare: the stack pulls L2-L4 headers) make the packet
+ * skipped, not read through a slower fallback, which would double the paths the verifier walks at
+ * every read. The tracepoint copies them into buf (8-aligned: the verifier wants aligned stack
+ * reads) with bpf_probe_read_kernel(). */
+#define NG_HDR(s, off, buf, n)                                                                   \
   ({                                                                                             \
-    int __r = -1;                                                                                \
+    const __u8 *__p = NULL;                                                                      \
     __u32 __o = (off);                                                                           \
     if ((s)->kern) {                                                                             \
-      __r = ng_load((s), __o, (dst), (n));                                                       \
+      if (!ng_load((s), __o, (buf), (n)))                                                        \
+        __p = (const __u8 *)(buf);                                                               \
     } else if (__o < 0x3FFF && (s)->data + __o + (n) <= (s)->data_end) {                         \
-      __builtin_memcpy((dst), (s)->data + __o, (n));                                             \
-      __r = 0;                                                                                   \
+      __p = (s)->data + __o;                                                                     \
     }                                                                                            \
-    __r;                                                                                         \
+    __p;                                                                                         \
   })
 
-/* Fixed-size payload reads: direct when the bytes are in the linear data (every UDP message),
+/* Payload bytes: direct when they are in the linear data (every UDP message), copied into buf
  * through the helper otherwise (a TCP socket puts what it sends in page fragments, so the linear
  * data of a real segment ends with the TCP header). */
-#define NG_LOAD_PAYLOAD(s, off, dst, n)                                                          \
+#define NG_PAYLOAD(s, off, buf, n)                                                               \
   ({                                                                                             \
-    int __r;                                                                                     \
+    const __u8 *__p = NULL;                                                                      \
     __u32 __o = (off);                                                                           \
-    if (!(s)->kern && __o < 0x3FFF && (s)->data + __o + (n) <= (s)->data_end) {                  \
-      __builtin_memcpy((dst), (s)->data + __o, (n));                                             \
-      __r = 0;                                                                                   \
-    } else {                                                                                     \
-      __r = ng_load((s), __o, (dst), (n));                                                       \
-    }                                                                                            \
-    __r;                                                                                         \
+    if (!(s)->kern && __o < 0x3FFF && (s)->data + __o + (n) <= (s)->data_end)                    \
+      __p = (s)->data + __o;                                                                     \
+    else if (!ng_load((s), __o, (buf), (n)))                                                     \
+      __p = (const __u8 *)(buf);                                                                 \
+    __p;                                                                                         \
   })
 
+/* Field reads and copies at even (16-bit) and 4-byte offsets of a header: one load each instead
+ * of the byte loads clang emits for a u8 pointer. Packet data may be unaligned, which the
+ * architectures we build for (x86, arm64) load fine and the verifier accepts for packets; stack
+ * buffers are 8-aligned and read at aligned offsets, as the verifier requires. */
 static __always_inline __u16 ng_be16(const __u8 *p)
 {
-  return ((__u16)p[0] << 8) | p[1];
+  return bpf_ntohs(*(const __u16 *)p);
+}
+
+static __always_inline __u32 ng_be32(const __u8 *p)
+{
+  return bpf_ntohl(*(const __u32 *)p);
+}
+
+static __always_inline void ng_cp4(__u8 *dst, const __u8 *src)
+{
+  *(__u32 *)dst = *(const __u32 *)src;
+}
+
+static __always_inline void ng_cp16(__u8 *dst, const __u8 *src)
+{
+#pragma unroll
+  for (int i = 0; i < 16; i += 4)
+    *(__u32 *)(dst + i) = *(const __u32 *)(src + i);
 }
 
 static __always_inline __u32 ng_min(__u32 a, __u32 b)
@@ -155,7 +176,8 @@ static __always_inline __u32 ng_min(__u32 a, __u32 b)
 static __always_inline int ng_ipv6_ext(const struct ng_src *s, __u32 *off, __u8 next,
                                        struct ng_meta *m)
 {
-  __u8 h[8];
+  __u8 buf[8] __attribute__((aligned(8)));
+  const __u8 *h;
 
 #pragma unroll
   for (int i = 0; i < NG_IPV6_EXT_MAX; i++) {
@@ -166,19 +188,22 @@ static __always_inline int ng_ipv6_ext(const struct ng_src *s, __u32 *off, __u8 
     case 0:  /* hop-by-hop options */
     case 43: /* routing */
     case 60: /* destination options */
-      if (NG_LOAD_HDR(s, *off, h, 2))
+      h = NG_HDR(s, *off, buf, 2);
+      if (!h)
         return -1;
       next = h[0];
       *off += ((__u32)h[1] + 1) * 8;
       break;
     case 51: /* AH: length in 4-octet units minus 2 */
-      if (NG_LOAD_HDR(s, *off, h, 2))
+      h = NG_HDR(s, *off, buf, 2);
+      if (!h)
         return -1;
       next = h[0];
       *off += ((__u32)h[1] + 2) * 4;
       break;
     case 44: { /* fragment */
-      if (NG_LOAD_HDR(s, *off, h, 8))
+      h = NG_HDR(s, *off, buf, 8);
+      if (!h)
         return -1;
       __u16 fo = ng_be16(&h[2]);
       if (fo & 0xFFF8) { /* offset != 0: no L4 header here */
@@ -212,12 +237,14 @@ static __always_inline int ng_ipv6_ext(const struct ng_src *s, __u32 *off, __u8 
 static __always_inline int ng_parse_l3(const struct ng_src *s, __u32 off, int version,
                                        struct ng_meta *m)
 {
-  __u8 h[40];
+  __u8 buf[40] __attribute__((aligned(8)));
+  const __u8 *h;
   __u32 l3_off = off, claim_end;
   int proto;
 
   if (version == 4) {
-    if (NG_LOAD_HDR(s, off, h, 20))
+    h = NG_HDR(s, off, buf, 20);
+    if (!h)
       return -1;
     __u32 ihl = (h[0] & 0x0F) * 4;
     __u16 fo = ng_be16(&h[6]);
@@ -232,17 +259,18 @@ static __always_inline int ng_parse_l3(const struct ng_src *s, __u32 off, int ve
     }
     if (fo & 0x2000)
       m->flags |= NG_F_FRAG;
-    __builtin_memcpy(m->saddr, &h[12], 4);
-    __builtin_memcpy(m->daddr, &h[16], 4);
+    ng_cp4(m->saddr, &h[12]);
+    ng_cp4(m->daddr, &h[16]);
     claim_end = l3_off + ng_be16(&h[2]);
     off += ihl;
   } else {
-    if (NG_LOAD_HDR(s, off, h, 40))
+    h = NG_HDR(s, off, buf, 40);
+    if (!h)
       return -1;
     if ((h[0] >> 4) != 6)
       return -1;
-    __builtin_memcpy(m->saddr, &h[8], 16);
-    __builtin_memcpy(m->daddr, &h[24], 16);
+    ng_cp16(m->saddr, &h[8]);
+    ng_cp16(m->daddr, &h[24]);
     m->flags |= NG_F_IPV6;
     claim_end = l3_off + 40 + ng_be16(&h[4]);
     off += 40;
@@ -256,7 +284,8 @@ static __always_inline int ng_parse_l3(const struct ng_src *s, __u32 off, int ve
   m->l3_len = (__u16)ng_min(l3_end - l3_off, 0xFFFF);
 
   if (proto == IPPROTO_UDP_) {
-    if (NG_LOAD_HDR(s, off, h, 8))
+    h = NG_HDR(s, off, buf, 8);
+    if (!h)
       return -1;
     m->sport = ng_be16(&h[0]);
     m->dport = ng_be16(&h[2]);
@@ -268,7 +297,8 @@ static __always_inline int ng_parse_l3(const struct ng_src *s, __u32 off, int ve
     return 0;
   }
 
-  if (NG_LOAD_HDR(s, off, h, 20))
+  h = NG_HDR(s, off, buf, 20);
+  if (!h)
     return -1;
   m->sport = ng_be16(&h[0]);
   m->dport = ng_be16(&h[2]);
@@ -276,7 +306,7 @@ static __always_inline int ng_parse_l3(const struct ng_src *s, __u32 off, int ve
     return -1;
   if ((h[12] >> 4) < 5)
     return -1;
-  m->tcp_seq = ((__u32)ng_be16(&h[4]) << 16) | ng_be16(&h[6]);
+  m->tcp_seq = ng_be32(&h[4]);
   off += (h[12] >> 4) * 4;
   /* SYN, ACK, FIN: no payload, nothing to report, decided from the lengths alone. A segment
    * carrying a message starts with the 2-byte length prefix (RFC 1035 4.2.2), unless the sender
@@ -291,7 +321,8 @@ static __always_inline int ng_parse_l3(const struct ng_src *s, __u32 off, int ve
     m->dns_end = l3_end; /* ng_dns_bounds() tells a paged payload from a short one */
     return 0;
   }
-  if (NG_LOAD_PAYLOAD(s, off, h, 2))
+  h = NG_PAYLOAD(s, off, buf, 2);
+  if (!h)
     return -1;
   m->tcp_prefix = ng_be16(&h[0]);
   m->tcp_bare = claim_end - off == 2;
@@ -308,8 +339,8 @@ static __always_inline int ng_tcp_split_fix(struct ng_meta *m, __u32 netns_ino, 
   struct ng_tcp_flow k = {.netns_ino = netns_ino, .ifindex = ifindex,
                           .sport = m->sport, .dport = m->dport};
 
-  __builtin_memcpy(k.saddr, m->saddr, 16);
-  __builtin_memcpy(k.daddr, m->daddr, 16);
+  ng_cp16(k.saddr, m->saddr);
+  ng_cp16(k.daddr, m->daddr);
   if (m->tcp_bare) {
     struct ng_tcp_pending v = {.next_seq = m->tcp_seq + 2, .msg_len = m->tcp_prefix};
     bpf_map_update_elem(&ng_tcp_split, &k, &v, BPF_ANY);
@@ -337,144 +368,33 @@ static __always_inline int ng_dns_bounds(const struct ng_src *s, const struct ng
   return -1;
 }
 
-/* The question at qoff, read with one copy straight into the record, starting one byte before
- * ev->qname (in the last byte of ev->_pad): every label then lands where its dotted text belongs
- * (raw[k] = qname[k-1]), the walk turns each inner length byte into a '.' in place, and the
- * terminating zero is already the NUL. No scratch buffer, no second copy. Compression pointers are
- * rejected: in the question section nothing precedes the name, so any pointer is either forward
- * (invalid) or a loop. A name longer than the record keeps its prefix; its tail is walked one
- * length byte at a time, in a second loop (one loop with both kinds of step would make the
- * verifier walk every mix of them), to find qtype. */
-/* Scratch copy of a whole question, for names longer than the record: 255 (longest wire name)
- * + 4 (qtype, qclass) fit; the power-of-two size lets index masks prove bounds to the verifier. */
-#define NG_RAW_MAX 259
-#define NG_RAW_SIZE 512
-#define NG_BAD_NAME 0xFFFFFFFFu
-struct ng_raw {
-  __u8 b[NG_RAW_SIZE];
-};
-struct {
-  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, 1);
-  __type(key, __u32);
-  __type(value, struct ng_raw);
-} ng_scratch SEC(".maps");
-
-/* Index of the terminating zero of the name at qoff, or NG_BAD_NAME. */
-static __always_inline __u32 ng_long_name(const struct ng_src *s, __u32 qoff, __u32 avail)
-{
-  __u32 zero = 0, w = 0;
-  struct ng_raw *raw = bpf_map_lookup_elem(&ng_scratch, &zero);
-  __u64 n = avail;
-  int i;
-
-  if (n > NG_RAW_MAX)
-    n = NG_RAW_MAX;
-  barrier_var(n); /* keep the [1, NG_RAW_MAX] checks on the register the helper gets */
-  if (!raw || n == 0 || n > NG_RAW_MAX || ng_load(s, qoff, raw->b, n))
-    return NG_BAD_NAME;
-  for (i = 0; i < 128; i++) {
-    if (w >= n)
-      return NG_BAD_NAME;
-    __u32 k = w;
-    barrier_var(k); /* the compiler knows w <= 255 and would drop the mask the verifier needs */
-    __u8 c = raw->b[k & (NG_RAW_SIZE - 1)];
-    if (c == 0)
-      return w;
-    if (c & 0xC0)
-      return NG_BAD_NAME;
-    w += c + 1;
-    if (w > 255)
-      return NG_BAD_NAME;
-  }
-  return NG_BAD_NAME;
-}
-
-#define NG_Q_MAX (NG_DNS_QNAME_MAX + 1) /* the first length byte + the record's name bytes */
-_Static_assert(__builtin_offsetof(struct ng_dns_event, qname) ==
-                   __builtin_offsetof(struct ng_dns_event, _pad) + sizeof(__u16),
-               "ng_question() reads the first length byte into the byte before qname");
+/* The question, raw: its first NG_DNS_QNAME_MAX wire bytes (labels, qtype, qclass, and whatever
+ * follows when the question is shorter) are copied into ev->qname as they are, and ev->qrest says
+ * how many message bytes there were from qoff on. No per-byte work here: the loader decodes the
+ * name, qtype and the parse flags on its poll thread (bpf/dns_wire.h), before any consumer sees
+ * the event. A question that does not fit the capture is reported truncated from what was copied.
+ * tc copies straight from the linear data when a whole capture's worth is there (responses, most
+ * of the time: 16 word copies), through one bounded helper call otherwise. */
 static __always_inline void ng_question(const struct ng_src *s, __u32 qoff, __u32 avail,
                                         struct ng_dns_event *ev)
 {
-  __u8 *raw = (__u8 *)ev->qname - 1;
-  __u32 w = 0; /* index (from qoff) of the current length byte */
-  __u8 c, q[2];
-  int i;
-
+  ev->qrest = avail > 0xFFFF ? 0xFFFF : avail;
+  if (!s->kern && qoff < 0x3FFF && s->data + qoff + NG_DNS_QNAME_MAX <= s->data_end) {
+    /* Word copies; the packet side may be unaligned, which x86 and arm64 load fine. */
+    const __u64 *src = (const __u64 *)(s->data + qoff);
+    __u64 *dst = (__u64 *)ev->qname;
+#pragma unroll
+    for (int i = 0; i < NG_DNS_QNAME_MAX / 8; i++)
+      dst[i] = src[i];
+    return;
+  }
   /* 64-bit so the compiler checks the very register it passes to the helper. */
   __u64 n = avail;
-  if (n > NG_Q_MAX)
-    n = NG_Q_MAX;
+  if (n > NG_DNS_QNAME_MAX)
+    n = NG_DNS_QNAME_MAX;
   barrier_var(n);
-  if (n == 0 || n > NG_Q_MAX || ng_load(s, qoff, raw, n))
-    goto bad;
-  c = raw[0];
-  ev->_pad = 0;
-  __u32 loaded = n; /* raw[0..loaded) are valid */
-
-  /* qtype is taken where the walk ends, so nothing after the loops indexes the record with w:
-   * the verifier then needs no precise w there and merges the states of every way out of the
-   * loop (otherwise it re-walks the rest of the program once per name length). */
-  bool have_qtype = false;
-  for (i = 0; i < 128; i++) {
-    if (c == 0) {
-      if (w + 2 < loaded) { /* raw[w+1..w+2] = qname[w..w+1] */
-        __u32 q1 = w;
-        barrier_var(q1);
-        q1 &= NG_DNS_QNAME_MAX - 1;
-        __u32 q2 = (q1 + 1) & (NG_DNS_QNAME_MAX - 1);
-        ev->qtype = ((__u16)(__u8)ev->qname[q1] << 8) | (__u8)ev->qname[q2];
-        have_qtype = true;
-      }
-      break;
-    }
-    if (c & 0xC0)
-      goto bad; /* compression pointer (0xC0) or reserved label type */
-    w += c + 1;
-    if (w > 255)
-      goto bad; /* longer than the 255-byte limit of RFC 1035 */
-    if (w >= avail)
-      goto bad; /* name runs past the packet */
-    if (w >= loaded)
-      break; /* past the record: the tail is walked below */
-    __u32 k = w - 1;
-    barrier_var(k);
-    k &= NG_DNS_QNAME_MAX - 1;
-    c = ev->qname[k];
-    if (c)
-      ev->qname[k] = '.';
-  }
-  if (i == 128)
-    goto bad;
-  if (c != 0) {
-    /* Longer than the record (rare): the qname prefix is done; walk the whole name again in a
-     * scratch copy for its end. Restarting from 0 (not resuming at w) keeps the state the
-     * verifier sees here the same whatever iteration the loop above left at. */
-    w = ng_long_name(s, qoff, avail);
-    if (w == NG_BAD_NAME)
-      goto bad;
-  }
-  if (!have_qtype) {
-    if (w + 2 >= avail)
-      ev->flags |= NG_F_PARSE_ERR; /* qtype cut off */
-    else if (ng_load(s, qoff + w + 1, q, 2) == 0)
-      ev->qtype = ng_be16(q);
-    else
-      goto bad;
-  }
-  /* The name's zero length byte is already its NUL where it fits in the record. */
-  if (w == 0) {
-    ev->qname[0] = 0; /* the root: qname[0] holds qtype's first byte */
-  } else if (w - 1 > NG_DNS_QNAME_MAX - 1) {
-    ev->qname[NG_DNS_QNAME_MAX - 1] = 0;
-    ev->flags |= NG_F_QNAME_TRUNC;
-  }
-  return;
-bad:
-  ev->_pad = 0;
-  ev->qname[0] = 0;
-  ev->flags |= NG_F_PARSE_ERR;
+  if (n == 0 || n > NG_DNS_QNAME_MAX || ng_load(s, qoff, ev->qname, n))
+    ev->qrest = 0; /* nothing captured: the loader reports a parse error */
 }
 
 /* Envelope of one event: where it was seen. */
@@ -490,11 +410,12 @@ struct ng_where {
 static __always_inline void ng_emit(const struct ng_src *s, const struct ng_meta *m,
                                     const struct ng_where *w)
 {
-  __u8 hdr[12];
+  __u8 buf[12] __attribute__((aligned(8)));
   struct ng_dns_event *ev;
   __u32 qoff = m->dns_off + 12;
+  const __u8 *hdr = NG_PAYLOAD(s, m->dns_off, buf, 12);
 
-  if (NG_LOAD_PAYLOAD(s, m->dns_off, hdr, 12))
+  if (!hdr)
     return;
   __u16 fl = ng_be16(&hdr[2]);
   __u8 opcode = (fl >> 11) & 0xF;
@@ -510,9 +431,9 @@ static __always_inline void ng_emit(const struct ng_src *s, const struct ng_meta
     ng_count(NG_STAT_LOST);
     return;
   }
-  /* Every field is written below (no memset of the 208 bytes); qname is NUL-terminated. The hop
-   * is stamped in user space from the device (DnsTracer), off the packet path. */
-  ev->qtype = 0;
+  /* Every field the loader passes on is written below (no memset of the 208 bytes); qtype and
+   * the dotted qname are filled in by the loader from the raw question, and it stamps the hop from
+   * the device (DnsTracer), off the packet path. */
   ev->hop = 0;
   ev->ts_ns = bpf_ktime_get_ns();
   ev->netns_cookie = w->netns_cookie;
@@ -521,8 +442,8 @@ static __always_inline void ng_emit(const struct ng_src *s, const struct ng_meta
   ev->drop_reason = w->drop_reason;
   ev->kind = w->kind;
   ev->dir = w->dir;
-  __builtin_memcpy(ev->saddr, m->saddr, 16);
-  __builtin_memcpy(ev->daddr, m->daddr, 16);
+  ng_cp16(ev->saddr, m->saddr);
+  ng_cp16(ev->daddr, m->daddr);
   ev->sport = m->sport;
   ev->dport = m->dport;
   ev->dns_id = ng_be16(&hdr[0]);
@@ -553,7 +474,19 @@ static __always_inline int ng_finish(const struct ng_src *s, struct ng_meta *m,
   return ng_dns_bounds(s, m);
 }
 
-static __always_inline int ng_tc(struct __sk_buff *skb, __u16 dir)
+/* The direction of a tc run. The kernel sets sk_buff::tc_at_ingress as the packet enters the
+ * ingress hook and clears it for the egress hook (tcx_set_ingress() in sch_handle_ingress() and
+ * sch_handle_egress(), which run clsact's filters as well as tcx programs; act_mirred reads the
+ * same bit through skb_at_tc_ingress()). So it names the hook the program runs in, whatever the
+ * packet did before: forwarded, bridged, redirected or sent back out the device it came in on,
+ * where comparing ingress_ifindex with ifindex would call the egress pass ingress. One program
+ * for both hooks keeps one copy of its code in the caches instead of two. */
+struct sk_buff___ng {
+  __u8 tc_at_ingress : 1;
+} __attribute__((preserve_access_index));
+
+SEC("tc")
+int ng_tc(struct __sk_buff *skb)
 {
   struct ng_src s = {
       .skb = skb,
@@ -564,13 +497,15 @@ static __always_inline int ng_tc(struct __sk_buff *skb, __u16 dir)
   struct ng_meta m = {};
   __u16 proto = bpf_ntohs(skb->protocol);
   __u32 off = 14;
-  __u8 eth[4];
+  __u8 buf[2] __attribute__((aligned(8)));
+  const __u8 *eth;
 
   /* Cheap exit for what cannot be IP (ARP, LLDP...) before touching packet bytes. */
   if (proto != ETH_P_IP_ && proto != ETH_P_IPV6_ && proto != ETH_P_8021Q_ &&
       proto != ETH_P_8021AD_)
     return TC_ACT_UNSPEC_;
-  if (NG_LOAD_HDR(&s, 12, eth, 2))
+  eth = NG_HDR(&s, 12, buf, 2);
+  if (!eth)
     return TC_ACT_UNSPEC_;
   proto = ng_be16(eth);
   /* Up to two tags (802.1ad outer + 802.1Q inner); an offloaded tag is not in the data at all. */
@@ -578,7 +513,8 @@ static __always_inline int ng_tc(struct __sk_buff *skb, __u16 dir)
   for (int i = 0; i < 2; i++) {
     if (proto != ETH_P_8021Q_ && proto != ETH_P_8021AD_)
       break;
-    if (NG_LOAD_HDR(&s, off + 2, eth, 2))
+    eth = NG_HDR(&s, off + 2, buf, 2);
+    if (!eth)
       return TC_ACT_UNSPEC_;
     proto = ng_be16(eth);
     off += 4;
@@ -597,30 +533,19 @@ static __always_inline int ng_tc(struct __sk_buff *skb, __u16 dir)
   /* The kernel skb behind the context is a BTF pointer: plain (CO-RE relocated) loads walk it,
    * much cheaper than a bpf_probe_read_kernel() per hop. */
   struct sk_buff *kskb = bpf_cast_to_kern_ctx(skb);
+  struct sk_buff___ng *kbits = (void *)kskb;
   struct net *net = kskb->dev->nd_net.net;
   struct ng_where w = {
       .netns_cookie = net->net_cookie,
       .netns_ino = net->ns.inum,
       .ifindex = skb->ifindex,
       .kind = NG_EV_PACKET,
-      .dir = dir,
+      .dir = BPF_CORE_READ_BITFIELD(kbits, tc_at_ingress) ? NG_DIR_INGRESS : NG_DIR_EGRESS,
   };
   if (ng_finish(&s, &m, &w))
     return TC_ACT_UNSPEC_;
   ng_emit(&s, &m, &w);
   return TC_ACT_UNSPEC_;
-}
-
-SEC("tc")
-int ng_tc_ingress(struct __sk_buff *skb)
-{
-  return ng_tc(skb, NG_DIR_INGRESS);
-}
-
-SEC("tc")
-int ng_tc_egress(struct __sk_buff *skb)
-{
-  return ng_tc(skb, NG_DIR_EGRESS);
 }
 
 /* skb:kfree_skb(skb, location, reason[, rx_sk]). Runs for every freed-as-dropped skb on the node,

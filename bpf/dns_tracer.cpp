@@ -25,6 +25,7 @@
 
 #include "dns_tracer.skel.h"
 #include "dns_tracer_maps.h"
+#include "dns_wire.h"
 #include "nodegate/log.h"
 
 namespace nodegate::dns {
@@ -133,7 +134,8 @@ struct DnsTracer::Impl {
     if (size < sizeof(ng_dns_event) || self->sink == nullptr) return 0;
     ng_dns_event ev;
     std::memcpy(&ev, data, sizeof ev);
-    ev.qname[NG_DNS_QNAME_MAX - 1] = '\0';
+    // The kernel copied the question raw; the dotted name, qtype and parse flags are made here.
+    decodeEventQuestion(ev);
     {
       std::lock_guard lock(self->hop_mu);
       auto it = self->hops.find({ev.netns_ino, static_cast<int>(ev.ifindex)});
@@ -303,8 +305,8 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
     return Error{EINVAL,
                  "failed to attach dns tracer: invalid ifindex " + std::to_string(target.ifindex)};
   std::lock_guard lock(impl_->mu);
-  const int ingress_fd = bpf_program__fd(impl_->skel->progs.ng_tc_ingress);
-  const int egress_fd = bpf_program__fd(impl_->skel->progs.ng_tc_egress);
+  // One program for both hooks: it reads the direction from the skb (dns_tracer.bpf.c).
+  const int prog_fd = bpf_program__fd(impl_->skel->progs.ng_tc);
   const std::string procfs = impl_->opts.procfs;
 
   Result<Attachment> made = inNetns(target.netns_path, [&]() -> Result<Attachment> {
@@ -332,8 +334,8 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
 
     // Priority 0 lets the kernel pick one ahead of the existing filters; we return TC_ACT_UNSPEC,
     // so theirs still run and decide.
-    a.ingress = tcOpts(ingress_fd);
-    a.egress = tcOpts(egress_fd);
+    a.ingress = tcOpts(prog_fd);
+    a.egress = tcOpts(prog_fd);
     hook.attach_point = BPF_TC_INGRESS;
     err = bpf_tc_attach(&hook, &a.ingress);
     if (err == 0) {
@@ -547,11 +549,8 @@ std::string DnsTracer::dropReasonName(uint32_t reason) const {
   return "UNKNOWN(" + std::to_string(reason) + ")";
 }
 
-int DnsTracer::tcIngressProgFd() const {
-  return bpf_program__fd(impl_->skel->progs.ng_tc_ingress);
-}
-int DnsTracer::tcEgressProgFd() const {
-  return bpf_program__fd(impl_->skel->progs.ng_tc_egress);
+int DnsTracer::tcProgFd() const {
+  return bpf_program__fd(impl_->skel->progs.ng_tc);
 }
 int DnsTracer::dropProgFd() const {
   return impl_->drop_prog != nullptr ? bpf_program__fd(impl_->drop_prog) : -1;

@@ -1,6 +1,8 @@
 // DnsTracer: loads the DNS tracer's BPF programs (bpf/dns_tracer.bpf.c), attaches the tc
 // classifier to devices inside any network namespace, follows skb:kfree_skb for drop reasons, and
-// delivers every ng_dns_event (bpf/dns_event.h) to one callback from a poll thread.
+// delivers every ng_dns_event (bpf/dns_event.h) to one callback from a poll thread. The kernel side
+// copies the question raw; the name, qtype and parse flags are decoded here (bpf/dns_wire.h)
+// before the callback sees the event.
 //
 // Contract for users (the dns-path correlation in agent/dns builds on it; keep it stable):
 // - open() loads everything the kernel can run; a program it cannot run (no kfree_skb reason on old
@@ -32,12 +34,15 @@ struct TracerOptions {
   // poll interval × record size, with headroom for a late poll. Peak: 50k DNS packets/s seen at
   // each of 4 traced devices = 200k events/s (the most this 2-vCPU machine's dnsperf drove through
   // the bench topology was ~170k/s); poll 10 ms; record 208 B + 8 B ring header = 216 B. In
-  // flight per poll: 200k × 0.010 × 216 B = 432 KB. 1 MiB holds 2.4 polls of that peak; the
-  // program forces a wakeup at half full (512 KiB), so at the peak a poll may run ~24 ms late
-  // before anything is lost (~100 ms late at 50k events/s). The ring is mapped into the agent
-  // twice over (the data pages are mapped a second time for wrap-around reads), so every MiB
-  // here is 2 MiB of the agent's RSS: 4 MiB cost 8 MiB.
-  std::size_t ring_bytes = 1u << 20;
+  // flight per poll: 200k × 0.010 × 216 B = 432 KB. 512 KiB holds 1.2 polls of that peak, but
+  // the program forces a wakeup at half full (256 KiB, every ~6 ms at the peak), so the poll
+  // thread drains it early; a poll may still run ~6 ms late after that wakeup at the peak, ~25 ms
+  // at 50k events/s, before anything is lost. Measured (docs/benchmarks/dns-bpf.md, "Ring size
+  // 512 KiB"): no loss up to ~190k DNS packets/s; above the peak, at ~257k events/s, up to 39 of
+  // 1.34M events lost where 1 MiB lost none. The ring is mapped into the agent twice over (the
+  // data pages are mapped a second time for wrap-around reads), so every MiB here is 2 MiB of the
+  // agent's RSS: 1 MiB cost 2 MiB, 512 KiB costs 1 MiB.
+  std::size_t ring_bytes = 1u << 19;
   // How often the poll thread drains the ring; the BPF side does not wake user space per event
   // (BPF_RB_NO_WAKEUP) and forces a wakeup only when the ring is half full.
   std::chrono::milliseconds poll_interval{10};
@@ -117,9 +122,10 @@ class DnsTracer {
   // enum skb_drop_reason; "UNKNOWN(<n>)" when the value is not in it.
   std::string dropReasonName(uint32_t reason) const;
 
-  // File descriptors of the classifier programs, for BPF_PROG_TEST_RUN in tests.
-  int tcIngressProgFd() const;
-  int tcEgressProgFd() const;
+  // File descriptor of the classifier (one program on both hooks of every device), for
+  // BPF_PROG_TEST_RUN in tests and run_time_ns in benchmarks. A test run is outside any hook, so
+  // its events say NG_DIR_EGRESS (the kernel's tc_at_ingress bit is clear).
+  int tcProgFd() const;
   // The kfree_skb program's fd (benchmarks read its run_time_ns); -1 when dropsAvailable() is
   // false.
   int dropProgFd() const;

@@ -136,9 +136,9 @@ TEST_F(DnsAttachTest, SeesQueryOnBothEndsAndTheNoSocketDrop) {
   ASSERT_TRUE(at_b.ok()) << at_b.error().message;
   EXPECT_EQ(at_a->netns_ino, ino_a_);
   EXPECT_TRUE(at_a->created_qdisc);
-  EXPECT_NE(capture("tc -n " + net_->a + " filter show dev " + net_->dev_a + " egress")
-                .find("ng_tc_egress"),
-            std::string::npos);
+  EXPECT_NE(
+      capture("tc -n " + net_->a + " filter show dev " + net_->dev_a + " egress").find("ng_tc"),
+      std::string::npos);
   // Attaching again is a no-op, not a second filter.
   ASSERT_TRUE(
       tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a, .hop = 3})
@@ -381,6 +381,108 @@ TEST_F(DnsAttachTest, RawTracepointFallbackReportsDrops) {
   EXPECT_EQ(drop->ifindex, static_cast<uint32_t>(net_->ifindex_b));
   EXPECT_EQ(drop->dport, 53);
   EXPECT_EQ(formatAddress(*drop, true), "10.77.0.1");
+}
+
+// A UDP DNS responder for one netns: answers every query NOERROR with its question echoed.
+constexpr const char* kUdpDnsServer = R"(import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 53))
+open(sys.argv[2], "w").close()
+while True:
+    q, peer = s.recvfrom(4096)
+    i = 12
+    while q[i]:
+        i += q[i] + 1
+    s.sendto(q[:2] + b"\x81\x80\x00\x01\x00\x00\x00\x00\x00\x00" + q[12:i + 5], peer)
+)";
+
+// One program serves both hooks and reads the direction from the kernel (tc_at_ingress). The
+// KubeVirt shapes: a frame bridged in through a port (tap0), delivered up to the bridge device
+// (k6t-eth0), routed and forwarded out another device (eth0); the reply back the same way. Here
+// b becomes that router: a's veth end is a port of a bridge holding 10.77.0.2, and a third
+// namespace c (10.77.1.2, a DNS responder) sits behind a second veth pair.
+TEST_F(DnsAttachTest, DirectionOfBridgedAndForwardedPackets) {
+  const std::string id = std::to_string(getpid());
+  const std::string c = "ngbpf" + id + "c", br = "ngbr" + id, x = "ngb" + id + "x",
+                    y = "ngb" + id + "y", dir = "/tmp/ngbpf-fwd-" + id;
+  struct Cleanup {
+    std::string ns, dir;
+    ~Cleanup() {
+      sh("ip netns pids " + ns + " | xargs -r kill");
+      sh("ip netns del " + ns);
+      sh("rm -rf " + dir);
+    }
+  } cleanup{c, dir};
+  const std::string b = "ip -n " + net_->b + " ";
+  ASSERT_EQ(sh("mkdir -p " + dir), 0);
+  ASSERT_EQ(sh("ip netns add " + c), 0);
+  ASSERT_EQ(sh(b + "link add " + br + " type bridge"), 0);
+  ASSERT_EQ(sh(b + "addr del 10.77.0.2/30 dev " + net_->dev_b), 0);
+  ASSERT_EQ(sh(b + "link set " + net_->dev_b + " master " + br), 0);
+  ASSERT_EQ(sh(b + "addr add 10.77.0.2/30 dev " + br), 0);
+  ASSERT_EQ(sh(b + "link set " + br + " up"), 0);
+  ASSERT_EQ(
+      sh("ip link add " + x + " netns " + net_->b + " type veth peer name " + y + " netns " + c),
+      0);
+  ASSERT_EQ(sh(b + "addr add 10.77.1.1/30 dev " + x), 0);
+  ASSERT_EQ(sh(b + "link set " + x + " up"), 0);
+  ASSERT_EQ(sh("ip -n " + c + " addr add 10.77.1.2/30 dev " + y), 0);
+  ASSERT_EQ(sh("ip -n " + c + " link set " + y + " up"), 0);
+  ASSERT_EQ(sh("ip -n " + c + " link set lo up"), 0);
+  ASSERT_EQ(sh("ip netns exec " + net_->b + " sysctl -qw net.ipv4.ip_forward=1"), 0);
+  ASSERT_EQ(sh("ip -n " + net_->a + " route add 10.77.1.0/30 via 10.77.0.2"), 0);
+  ASSERT_EQ(sh("ip -n " + c + " route add 10.77.0.0/30 via 10.77.1.1"), 0);
+  {
+    FILE* f = std::fopen((dir + "/udp.py").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(kUdpDnsServer, f);
+    std::fclose(f);
+  }
+  ASSERT_EQ(sh("ip netns exec " + c + " timeout 20 python3 " + dir + "/udp.py 10.77.1.2 " + dir +
+               "/ready &"),
+            0);
+  for (int i = 0; i < 100 && sh("test -e " + dir + "/ready") != 0; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(sh("test -e " + dir + "/ready"), 0) << "the responder in " << c << " did not start";
+
+  auto ifindex = [&](const std::string& dev) {
+    return std::atoi(
+        capture("ip netns exec " + net_->b + " cat /sys/class/net/" + dev + "/ifindex").c_str());
+  };
+  const int port = net_->ifindex_b, bridge = ifindex(br), out = ifindex(x);
+  ASSERT_GT(bridge, 0);
+  ASSERT_GT(out, 0);
+  for (int dev : {port, bridge, out})
+    ASSERT_TRUE(tracer_->attach({.netns_path = net_->path(net_->b), .ifindex = dev}).ok());
+
+  sh("ip netns exec " + net_->a + " dig +tries=1 +time=2 @10.77.1.2 fwd.nodegate.test");
+  auto evs = collect("fwd.nodegate.test", 6);
+  auto seen = [&](int dev, bool response) -> const ng_dns_event* {
+    for (const auto& ev : evs)
+      if (ev.kind == NG_EV_PACKET && ev.netns_ino == ino_b_ &&
+          ev.ifindex == static_cast<uint32_t>(dev) && ((ev.flags & NG_F_QR) != 0) == response)
+        return &ev;
+    return nullptr;
+  };
+  struct Want {
+    const char* what;
+    int dev;
+    bool response;
+    uint16_t dir;
+  } const wants[] = {
+      {"query bridged in through the port", port, false, NG_DIR_INGRESS},
+      {"query delivered up to the bridge", bridge, false, NG_DIR_INGRESS},
+      {"query forwarded out", out, false, NG_DIR_EGRESS},
+      {"response coming back in", out, true, NG_DIR_INGRESS},
+      {"response routed to the bridge", bridge, true, NG_DIR_EGRESS},
+      {"response bridged out through the port", port, true, NG_DIR_EGRESS},
+  };
+  for (const auto& w : wants) {
+    const ng_dns_event* ev = seen(w.dev, w.response);
+    ASSERT_NE(ev, nullptr) << "no event: " << w.what;
+    EXPECT_EQ(ev->dir, w.dir) << w.what;
+    EXPECT_EQ(ev->qtype, 1) << w.what;
+  }
 }
 
 TEST_F(DnsAttachTest, DetachRemovesOnlyWhatWeCreated) {

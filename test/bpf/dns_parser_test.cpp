@@ -48,19 +48,20 @@ class DnsParserTest : public ::testing::Test {
   }
 
   // Runs the classifier once on frame; asserts it never changes the verdict; returns its events.
-  static std::vector<ng_dns_event> run(const Bytes& frame, bool egress = false) {
+  // A test run is outside any tc hook: the direction is checked on real attachments
+  // (DnsAttachTest), here every event says egress.
+  static std::vector<ng_dns_event> run(const Bytes& frame) {
     LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
                 .data_size_in = static_cast<uint32_t>(frame.size()), .repeat = 1);
-    int fd = egress ? tracer_->tcEgressProgFd() : tracer_->tcIngressProgFd();
-    int err = bpf_prog_test_run_opts(fd, &opts);
+    int err = bpf_prog_test_run_opts(tracer_->tcProgFd(), &opts);
     EXPECT_EQ(err, 0) << "bpf_prog_test_run_opts: " << std::strerror(-err)
                       << " size=" << frame.size();
     EXPECT_EQ(static_cast<int>(opts.retval), kTcActUnspec) << "size=" << frame.size();
     return drain();
   }
 
-  static ng_dns_event runOne(const Bytes& frame, bool egress = false) {
-    auto evs = run(frame, egress);
+  static ng_dns_event runOne(const Bytes& frame) {
+    auto evs = run(frame);
     EXPECT_EQ(evs.size(), 1u);
     if (evs.empty()) return ng_dns_event{};
     return evs.front();
@@ -75,7 +76,7 @@ TEST_F(DnsParserTest, Ipv4UdpQuery) {
   auto frame = buildFrame({}, q.bytes());
   auto ev = runOne(frame);
   EXPECT_EQ(ev.kind, NG_EV_PACKET);
-  EXPECT_EQ(ev.dir, NG_DIR_INGRESS);
+  EXPECT_EQ(ev.dir, NG_DIR_EGRESS);  // no hook: tc_at_ingress is clear
   EXPECT_EQ(ev.dns_id, 0x1234);
   EXPECT_EQ(ev.flags & (NG_F_QR | NG_F_TC | NG_F_TCP | NG_F_IPV6 | NG_F_PARSE_ERR |
                         NG_F_QNAME_TRUNC | NG_F_VLAN | NG_F_FRAG),
@@ -99,8 +100,7 @@ TEST_F(DnsParserTest, Ipv4UdpResponseFlags) {
   r.flags = 0x8000 | 0x0400 | 0x0200 | 0x0080 | 3;  // QR AA TC RA NXDOMAIN
   r.name = wireName("nope.svc.cluster.local");
   r.qtype = 28;
-  auto ev = runOne(buildFrame({.sport = 53, .dport = 40000}, r.bytes()), /*egress=*/true);
-  EXPECT_EQ(ev.dir, NG_DIR_EGRESS);
+  auto ev = runOne(buildFrame({.sport = 53, .dport = 40000}, r.bytes()));
   EXPECT_EQ(ev.dns_id, 0xBEEF);
   EXPECT_TRUE(ev.flags & NG_F_QR);
   EXPECT_TRUE(ev.flags & NG_F_TC);
@@ -238,8 +238,8 @@ TEST_F(DnsParserTest, TcpLengthPrefixInItsOwnSegment) {
                         .tcp_seq = 123456};
   FrameSpec rrest = rbare;
   rrest.tcp_seq = 123458;
-  EXPECT_TRUE(run(buildFrame(rbare, {0, static_cast<uint8_t>(rmsg.size())}), true).empty());
-  auto rev = runOne(buildFrame(rrest, rmsg), true);
+  EXPECT_TRUE(run(buildFrame(rbare, {0, static_cast<uint8_t>(rmsg.size())})).empty());
+  auto rev = runOne(buildFrame(rrest, rmsg));
   EXPECT_TRUE(rev.flags & NG_F_QR);
   EXPECT_STREQ(rev.qname, "split.example.org");
 }
@@ -308,6 +308,9 @@ TEST_F(DnsParserTest, CompressionPointersAndLoopsAreRejected) {
   }
 }
 
+// The kernel captures the first NG_DNS_QNAME_MAX bytes of the question raw; the loader decodes
+// them (bpf/dns_wire.h). A question longer than that is reported truncated: the captured prefix of
+// the name, qtype 0 (unknown), NG_F_QNAME_TRUNC, the same on every hop.
 TEST_F(DnsParserTest, OversizeNames) {
   // Labels of 63, 63, 63, 61: 255 wire bytes (the RFC 1035 maximum), 253 dotted characters.
   std::string l63(63, 'a');
@@ -315,25 +318,54 @@ TEST_F(DnsParserTest, OversizeNames) {
   q.name = wireName(l63 + "." + l63 + "." + l63 + "." + std::string(61, 'b'));
   ASSERT_EQ(q.name.size(), 255u);
   q.qtype = 33;
-  auto ev = runOne(buildFrame({}, q.bytes()));
-  EXPECT_TRUE(ev.flags & NG_F_QNAME_TRUNC);
-  EXPECT_FALSE(ev.flags & NG_F_PARSE_ERR);
-  EXPECT_EQ(ev.qtype, 33);  // found after walking the whole name
   const std::string dotted = l63 + "." + l63 + "." + l63 + "." + std::string(61, 'b');
-  EXPECT_EQ(std::string(ev.qname), dotted.substr(0, NG_DNS_QNAME_MAX - 1));
+  for (bool tcp : {false, true}) {
+    SCOPED_TRACE(tcp ? "tcp" : "udp");
+    auto ev = runOne(buildFrame({.tcp = tcp}, q.bytes()));
+    EXPECT_TRUE(ev.flags & NG_F_QNAME_TRUNC);
+    EXPECT_FALSE(ev.flags & NG_F_PARSE_ERR);
+    EXPECT_EQ(ev.qtype, 0);  // past the capture
+    EXPECT_EQ(std::string(ev.qname), dotted.substr(0, NG_DNS_QNAME_MAX - 1));
+    EXPECT_EQ(ev.qrest, 255 + 4);
+  }
 
-  // Exactly fits: 127 dotted characters.
+  // The longest name whose qtype is captured: 124 dotted characters (wire 126 + qtype).
+  const std::string l60(60, 'c');
   DnsMsg fit;
-  fit.name = wireName(l63 + "." + l63);
+  fit.name = wireName(l60 + "." + l60 + "." + "dd");
+  fit.qtype = 16;
+  ASSERT_EQ(fit.name.size(), 126u);
   auto ev2 = runOne(buildFrame({}, fit.bytes()));
-  EXPECT_FALSE(ev2.flags & NG_F_QNAME_TRUNC);
-  EXPECT_EQ(std::string(ev2.qname), l63 + "." + l63);
+  EXPECT_EQ(ev2.flags & (NG_F_QNAME_TRUNC | NG_F_PARSE_ERR), 0);
+  EXPECT_EQ(std::string(ev2.qname), l60 + "." + l60 + ".dd");
+  EXPECT_EQ(ev2.qtype, 16);
 
-  // Over the 255-byte limit: not a valid name.
-  DnsMsg over;
-  over.name = wireName(l63 + "." + l63 + "." + l63 + "." + l63 + ".x");
-  auto ev3 = runOne(buildFrame({}, over.bytes()));
-  EXPECT_TRUE(ev3.flags & NG_F_PARSE_ERR);
+  // One character more: the whole name is there, its qtype is not.
+  DnsMsg one_more = fit;
+  one_more.name = wireName(l60 + "." + l60 + "." + "ddd");
+  auto ev3 = runOne(buildFrame({.ipv6 = true}, one_more.bytes()));
+  EXPECT_TRUE(ev3.flags & NG_F_QNAME_TRUNC);
+  EXPECT_FALSE(ev3.flags & NG_F_PARSE_ERR);
+  EXPECT_EQ(std::string(ev3.qname), l60 + "." + l60 + ".ddd");
+  EXPECT_EQ(ev3.qtype, 0);
+
+  // Query and response of the same long question decode alike (the correlation key matches),
+  // though the response carries more bytes after its question.
+  DnsMsg r = q;
+  r.flags = 0x8180;
+  Bytes rbytes = r.bytes();
+  rbytes.insert(rbytes.end(), 64, 0xEE);  // stand-in for the answer section
+  auto rev = runOne(buildFrame({.sport = 53, .dport = 40000}, rbytes));
+  EXPECT_STREQ(rev.qname, dotted.substr(0, NG_DNS_QNAME_MAX - 1).c_str());
+  EXPECT_EQ(rev.qtype, 0);
+  EXPECT_TRUE(rev.flags & NG_F_QNAME_TRUNC);
+
+  // A bad label inside the capture is still an error, however long the message.
+  DnsMsg bad = q;
+  bad.name[64] = 0x41;  // second length byte: reserved label type 01
+  auto ev4 = runOne(buildFrame({}, bad.bytes()));
+  EXPECT_TRUE(ev4.flags & NG_F_PARSE_ERR);
+  EXPECT_STREQ(ev4.qname, "");
 }
 
 TEST_F(DnsParserTest, RootName) {

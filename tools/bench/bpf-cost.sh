@@ -15,6 +15,8 @@
 # is a UDP flood to a socket in the server namespace. Each set of phases runs REPEATS times; with
 # REF_BENCH (another build's bpf_dns_bench, e.g. of the previous commit) the sets alternate between
 # the reference and this build, so both see the same machine. Every line carries the load average.
+# First come the programs' sizes (xlated and JITed bytes, instructions the verifier processed) of
+# each build's BPF object, loaded once with bpftool.
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -46,7 +48,7 @@ cleanup() {
   ip netns del "$C" 2>/dev/null || true
   ip netns del "$S" 2>/dev/null || true
   sysctl -qw kernel.bpf_stats_enabled="$OLD_STATS" || true
-  rm -rf "$TMP"
+  rm -rf "/sys/fs/bpf/ngbcost$ID" "$TMP"
 }
 trap cleanup EXIT
 
@@ -77,8 +79,13 @@ open(os.environ["PIDF"],"w").write(str(os.getpid()))
 while True: s.recv(2048)' &
 sleep 0.3
 
-start_driver() {  # $1 = ring bytes, $2 = driver binary
-  "${2:-$BENCH}" trace --ring "$1" "/run/netns/$C:$IFC" "/run/netns/$S:$IFS_" >"$TMP/driver.out" 2>"$TMP/driver.err" &
+start_driver() {  # $1 = ring bytes ("" = the tracer's default), $2 = driver binary
+  local ring=()
+  [ -n "$1" ] && ring=(--ring "$1")
+  # A fresh file: the previous driver's "ready" must not be taken for this one's (a signal sent
+  # before the new driver installs its handlers would kill it).
+  rm -f "$TMP/driver.out"
+  "${2:-$BENCH}" trace "${ring[@]}" "/run/netns/$C:$IFC" "/run/netns/$S:$IFS_" >"$TMP/driver.out" 2>"$TMP/driver.err" &
   DRIVER_PID=$!
   for i in $(seq 1 600); do grep -q ready "$TMP/driver.out" 2>/dev/null && return; sleep 0.05; done
   cat "$TMP/driver.err" >&2; exit 1
@@ -135,7 +142,28 @@ blast() {  # $1 = offered queries/s
   ip netns exec "$C" "$BLAST" 10.78.0.2 "$1" "$SECS" 4
 }
 
+# prog_sizes LABEL OBJ: one JSON line per program of a build's BPF object.
+prog_sizes() {
+  local dir=/sys/fs/bpf/ngbcost$ID log=$TMP/sizes.log
+  [ -f "$2" ] || { echo "# $1: no $2"; return; }
+  mkdir -p "$dir"
+  if ! bpftool -d prog loadall "$2" "$dir" >"$log" 2>&1; then
+    echo "# $1: bpftool could not load $2"; rm -rf "$dir"; return
+  fi
+  local -a processed
+  mapfile -t processed < <(grep -o 'processed [0-9]* insns' "$log" | awk '{print $2}')
+  local i=0 p
+  for p in $(grep -o "prog '[a-z_0-9]*': pinned" "$log" | cut -d"'" -f2); do
+    bpftool -j prog show pinned "$dir/$p" | jq -c --arg b "$1" --arg v "${processed[$i]:-0}" \
+      '{build: $b, prog: .name, xlated: .bytes_xlated, jited: .bytes_jited, verifier_processed: ($v|tonumber)}'
+    i=$((i + 1))
+  done
+  rm -rf "$dir"
+}
+
 echo "# kernel $(uname -r), $(nproc) CPUs, $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
+prog_sizes this "$BUILD/bpf/dns_tracer.bpf.o"
+[ -n "$REF_BENCH" ] && prog_sizes ref "$(dirname "$REF_BENCH")/../../bpf/dns_tracer.bpf.o"
 echo "# test-run (BPF_PROG_TEST_RUN, ns per run; this build, then REF_BENCH if given):"
 "$BENCH" test-run 2>/dev/null
 [ -n "$REF_BENCH" ] && "$REF_BENCH" test-run 2>/dev/null
@@ -154,10 +182,11 @@ run_set() {  # $1 = label, $2 = driver binary
 }
 
 # MODE=loss: only the offered-rate phases, for the events-lost figures (12.5k queries/s = 50k DNS
-# packets/s through the four tc hooks).
+# packets/s through the four tc hooks), with the ring the agent uses (TracerOptions::ring_bytes)
+# unless RING_BYTES says otherwise.
 loss_set() {
   BUILD_LABEL=$1
-  start_driver $((1 << 20)) "$2"
+  start_driver "${RING_BYTES:-}" "$2"
   for rate in 12500 25000 50000 75000; do
     phase "blast_$rate" blast "$rate"
   done

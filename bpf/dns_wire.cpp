@@ -1,0 +1,74 @@
+#include "dns_wire.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace nodegate::dns {
+
+namespace {
+
+// RFC 1035 3.1: a name is at most 255 bytes on the wire, length bytes and the final zero included.
+constexpr std::size_t kMaxWireName = 255;
+constexpr std::size_t kMaxText = NG_DNS_QNAME_MAX - 1;
+
+WireQuestion parseError() {
+  WireQuestion q;
+  q.flags = NG_F_PARSE_ERR;
+  return q;
+}
+
+}  // namespace
+
+WireQuestion decodeQuestion(const uint8_t* captured, std::size_t size, std::size_t rest) {
+  if (captured == nullptr) size = 0;
+  const bool cut = rest > size;  // the capture, not the packet, ends at `size`
+  WireQuestion q;
+  std::size_t text = 0;  // characters written to q.qname
+  auto append = [&](const uint8_t* p, std::size_t n) {
+    n = std::min(n, kMaxText - text);
+    std::memcpy(q.qname + text, p, n);
+    text += n;
+  };
+  auto truncated = [&] {
+    q.qname[text] = '\0';
+    q.flags |= NG_F_QNAME_TRUNC;
+    return q;
+  };
+
+  std::size_t pos = 0;  // offset of the current length byte
+  for (;;) {
+    if (pos >= size) return cut ? truncated() : parseError();
+    const uint8_t len = captured[pos];
+    if (len == 0) break;
+    if (len & 0xC0) return parseError();  // pointer (0xC0), reserved types 0x40/0x80; > 63
+    const std::size_t next = pos + 1 + len;
+    if (next + 1 > kMaxWireName) return parseError();  // the final zero would not fit
+    if (text > 0 && text < kMaxText) q.qname[text++] = '.';
+    const std::size_t have = std::min<std::size_t>(len, size - std::min(size, pos + 1));
+    append(captured + pos + 1, have);
+    if (have < len) return cut ? truncated() : parseError();
+    pos = next;
+  }
+  q.qname[text] = '\0';
+  // A dotted name never needs more than 253 characters, but the record keeps 127 of them.
+  const bool name_cut = pos > kMaxText + 1;  // wire bytes before the zero = dotted length + 1
+  if (pos + 2 >= size) {
+    if (!cut) return parseError();  // qtype runs past the message
+    return truncated();
+  }
+  q.qtype = static_cast<uint16_t>((captured[pos + 1] << 8) | captured[pos + 2]);
+  if (name_cut) q.flags |= NG_F_QNAME_TRUNC;
+  return q;
+}
+
+void decodeEventQuestion(ng_dns_event& ev) {
+  uint8_t raw[NG_DNS_QNAME_MAX];
+  std::memcpy(raw, ev.qname, sizeof raw);
+  const std::size_t size = std::min<std::size_t>(ev.qrest, sizeof raw);
+  const WireQuestion q = decodeQuestion(raw, size, ev.qrest);
+  std::memcpy(ev.qname, q.qname, sizeof ev.qname);
+  ev.qtype = q.qtype;
+  ev.flags = static_cast<uint16_t>((ev.flags & ~(NG_F_PARSE_ERR | NG_F_QNAME_TRUNC)) | q.flags);
+}
+
+}  // namespace nodegate::dns
