@@ -232,9 +232,8 @@ std::optional<Runner::Clock::time_point> Runner::lastCycle() const {
 }
 
 std::chrono::duration<double> Runner::jitteredResync() {
-  static thread_local std::mt19937 rng{std::random_device{}()};
   std::uniform_real_distribution<double> d(1.0 - options_.jitter, 1.0 + options_.jitter);
-  return options_.resync * d(rng);
+  return options_.resync * d(jitter_rng_);
 }
 
 void Runner::loop() {

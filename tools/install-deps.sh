@@ -6,10 +6,11 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-# Build: compilers, CMake and the libraries DESIGN.md chose.
+# Build: compilers, CMake and the libraries DESIGN.md chose. libbpf (with libelf and zlib) and
+# libnl are linked from the static archives their -dev packages ship (cmake/Dependencies.cmake).
 BUILD_PKGS=(
   build-essential cmake pkg-config git ca-certificates
-  clang llvm libbpf-dev bpftool
+  clang llvm libbpf-dev libelf-dev zlib1g-dev bpftool
   libnl-3-dev libnl-route-3-dev libnl-genl-3-dev
   libudev-dev libsdbus-c++-dev libsdbus-c++-bin
   prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libcurl4-openssl-dev

@@ -26,11 +26,14 @@ FIXTURE = os.path.join(HERE, "..", "..", "test", "agent", "fixtures", "vmx-host"
 
 
 def proc_stats(pid):
-    """(RSS, CPU seconds, USS = private pages, RSS of mmapped BPF maps) in bytes/seconds."""
-    rss = 0
+    """(RSS, CPU seconds, USS = private pages, RSS of mmapped BPF maps, threads) in
+    bytes/seconds/count."""
+    rss = threads = 0
     for line in open(f"/proc/{pid}/status"):
         if line.startswith("VmRSS:"):
             rss = int(line.split()[1]) * 1024
+        elif line.startswith("Threads:"):
+            threads = int(line.split()[1])
     stat = open(f"/proc/{pid}/stat").read()
     fields = stat[stat.rfind(")") + 2:].split()
     tick = os.sysconf("SC_CLK_TCK")
@@ -44,7 +47,7 @@ def proc_stats(pid):
             uss += int(parts[1]) * 1024
         elif parts[0] == "Rss:" and name == "anon_inode:bpf-map":
             bpf += int(parts[1]) * 1024
-    return rss, (int(fields[11]) + int(fields[12])) / tick, uss, bpf
+    return rss, (int(fields[11]) + int(fields[12])) / tick, uss, bpf, threads
 
 
 def smaps_by_mapping(pid):
@@ -112,6 +115,10 @@ def footprint(nodegate, scrapes, idle, extra):
     try:
         wait_http(NE_PORT, "/metrics")
         wait_http(NG_PORT, "/readyz")
+        if "--dns-trace" not in extra:
+            # The tracer loads on its own thread after /readyz (seconds of BPF verification and
+            # ~10 MiB of transient heap): idle from its end, or the figures catch the load.
+            wait_http(NG_DEBUG, "/api/v1/dns/traces", timeout=120)
         time.sleep(idle)
         res = {}
         for name, pid in (("node_exporter", ne.pid), ("nodegate", ng.pid)):
@@ -210,6 +217,7 @@ def main():
             (f"RSS after {a.scrapes} scrapes (MiB)", mib(ne["after"][0]), mib(ng["after"][0])),
             (f"USS (private pages) after {a.scrapes} scrapes (MiB)", mib(ne["after"][2]), mib(ng["after"][2])),
             ("of the RSS: mmapped BPF maps (MiB)", mib(ne["after"][3]), mib(ng["after"][3])),
+            (f"threads after {a.scrapes} scrapes", ne["after"][4], ng["after"][4]),
             ("CPU seconds, start to end", ne["after"][1], ng["after"][1]),
             (f"CPU seconds during the {a.scrapes} scrapes", ne["after"][1] - ne["idle"][1], ng["after"][1] - ng["idle"][1]),
             ("/metrics latency median (ms)", 1000 * statistics.median(ne["lat"]), 1000 * statistics.median(ng["lat"])),
@@ -218,7 +226,8 @@ def main():
         ]
         for name, x, y in rows:
             ratio = f"{y / x:.3f}" if x else "n/a"
-            out.append(f"| {name} | {x:.3f} | {y:.3f} | {ratio} |")
+            cell = lambda v: str(v) if isinstance(v, int) else f"{v:.3f}"
+            out.append(f"| {name} | {cell(x)} | {cell(y)} | {ratio} |")
         speed = statistics.median(ne["lat"]) / statistics.median(ng["lat"])
         out.append(f"\n/metrics median speed-up: **{speed:.1f}x**; RSS after scrapes: nodegate is "
                    f"**{ng['after'][0] / ne['after'][0]:.2f}x** node_exporter's, USS "
