@@ -96,16 +96,9 @@ TEST_F(RealNetns, DiscoverHopsThroughExtraNetns) {
 
 // A DNS server pod as the agent meets it: a DNS server process in a netns whose eth0 is a veth
 // into the node's own netns (here: this test's netns), with the pod IP on it. No --dns-netns.
-// The process is not called coredns but kServer, so agents of other tests running at the same
-// time (their default looks for coredns) do not attach to it.
-constexpr const char* kServer = "ngdnsserver";
-
-DnsServerHints serverHints() {
-  DnsServerHints h;
-  h.process_names = {kServer};
-  return h;
-}
-
+// The process is not called coredns but after the test (tag_): agents of other tests running at
+// the same time (their default looks for coredns) do not attach to it, and cases running in
+// parallel (ctest runs each on its own) do not see each other's server.
 class RealDnsServer : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -120,7 +113,7 @@ class RealDnsServer : public ::testing::Test {
     ASSERT_EQ(sh("ip -n " + ns_ + " addr add fd00:251::3/64 dev eth0 nodad"), 0);
     // comm is the name of the file exec()ed: a symlink to sleep. `ip netns exec` exec()s it in
     // place, so the child is the server and this process reaps it.
-    std::string server = dir_ + "/" + kServer;
+    std::string server = dir_ + "/" + tag_;
     ASSERT_EQ(sh("mkdir -p " + dir_ + " && ln -sf \"$(command -v sleep)\" " + server), 0);
     const char* argv[] = {"ip", "netns", "exec", ns_.c_str(), server.c_str(), "120", nullptr};
     ASSERT_EQ(::posix_spawnp(&pid_, "ip", nullptr, nullptr, const_cast<char* const*>(argv),
@@ -140,9 +133,14 @@ class RealDnsServer : public ::testing::Test {
     sh("rm -rf " + dir_);
   }
   bool serverRunning() {
-    return sh("grep -qx " + std::string(kServer) + " /proc/" + std::to_string(pid_) + "/comm") == 0;
+    return sh("grep -qx " + tag_ + " /proc/" + std::to_string(pid_) + "/comm") == 0;
   }
-  std::string tag_, ns_, dir_;
+  DnsServerHints serverHints() const {
+    DnsServerHints h;
+    h.process_names = {tag_};
+    return h;
+  }
+  std::string tag_, ns_, dir_;  // tag_: at most 15 characters, it is also the server's comm
   pid_t pid_ = 0;
 };
 

@@ -10,17 +10,9 @@ set -euo pipefail
 
 NODEGATE=${NODEGATE:?path of the nodegate binary}
 SRC=${NODEGATE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root (namespaces, nftables, BPF)"; exit 77; }
-for t in ip nft dig dnsmasq tcpdump curl python3; do
-  command -v $t >/dev/null || { echo "FAIL: missing $t (tools/install-deps.sh)"; exit 1; }
-done
-
 source "$SRC/test/dns/topology.sh"
-trap topo_cleanup EXIT
-topo_up
-service_nat healthy
-start_dnsmasq
-start_launcher
+topo_require ip nft dig dnsmasq tcpdump curl python3
+topo_healthy
 
 # Sanity of the replica before the agent runs: the guest resolves through both NATs.
 check "replica: guest resolves via the ClusterIP" \
@@ -36,20 +28,6 @@ JSON
 AGENT=$!
 PIDS+=($AGENT)
 
-api() { curl -sf "$API$1"; }
-wait_for() {  # wait_for seconds python-condition-on-json url
-  local deadline=$((SECONDS + $1))
-  while [ $SECONDS -lt $deadline ]; do
-    if api "$3" > $TMP/last.json 2>/dev/null && python3 - "$2" $TMP/last.json <<'PY'
-import json, sys
-j = json.load(open(sys.argv[2]))
-sys.exit(0 if eval(sys.argv[1]) else 1)
-PY
-    then return 0; fi
-    sleep 0.3
-  done
-  return 1
-}
 
 check "agent traces the launcher found by its virt-launcher process (4 hops) and the server side" \
   wait_for 20 'any(v["vmi"]=="ngdns/vm1" and len(v["hops"])==4 for v in j["vmis"]) and any(v["vmi"]=="(shared)" and len(v["hops"])==2 for v in j["vmis"])' \

@@ -13,17 +13,9 @@ set -euo pipefail
 
 NODEGATE=${NODEGATE:?path of the nodegate binary}
 SRC=${NODEGATE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root (namespaces, nftables, BPF)"; exit 77; }
-for t in ip nft dig dnsmasq curl python3 kubectl; do
-  command -v $t >/dev/null || { echo "FAIL: missing $t (tools/install-deps.sh)"; exit 1; }
-done
-
 source "$SRC/test/dns/topology.sh"
-trap topo_cleanup EXIT
-topo_up
-service_nat healthy
-start_dnsmasq
-start_launcher
+topo_require ip nft dig dnsmasq curl python3 kubectl
+topo_healthy
 NODE=ngdns-node$ID
 
 # --- the fake API server, seeded with kubectl --------------------------------------------------
@@ -94,20 +86,6 @@ start_agent() {  # kubeconfig log metrics-port debug-port
 }
 start_agent "$KUBECONFIG_good" $TMP/agent.log $PORT_METRICS $PORT_DEBUG
 
-api() { curl -sf "$API$1"; }
-wait_for() {  # wait_for seconds python-condition-on-json url
-  local deadline=$((SECONDS + $1))
-  while [ $SECONDS -lt $deadline ]; do
-    if api "$3" > $TMP/last.json 2>/dev/null && python3 - "$2" $TMP/last.json <<'PY'
-import json, sys
-j = json.load(open(sys.argv[2]))
-sys.exit(0 if eval(sys.argv[1]) else 1)
-PY
-    then return 0; fi
-    sleep 0.3
-  done
-  return 1
-}
 
 check "endpoint on this node: the agent traces host-out and server without --dns-netns for them" \
   wait_for 20 'any(v["vmi"]=="(shared)" and sorted(h["hop"] for h in v["hops"])==["host-out","server"] for v in j["vmis"])' \

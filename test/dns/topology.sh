@@ -131,3 +131,39 @@ start_launcher() {
   PIDS+=($!)
 }
 
+# topo_require TOOL...: the end-to-end tests' preconditions (root for namespaces, nftables and
+# BPF: skip, exit 77; a missing tool is a failure, tools/install-deps.sh installs them all).
+topo_require() {
+  [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (namespaces, nftables, BPF)"; exit 77; }
+  local t
+  for t in "$@"; do
+    command -v $t >/dev/null || { echo "FAIL: missing $t (tools/install-deps.sh)"; exit 1; }
+  done
+}
+
+# The replica as every user of it starts: namespaces up, the ClusterIP translated the healthy way,
+# dnsmasq serving, a virt-launcher process in the launcher netns; torn down on exit.
+topo_healthy() {
+  trap topo_cleanup EXIT
+  topo_up
+  service_nat healthy
+  start_dnsmasq
+  start_launcher
+}
+
+# api PATH: GET from the agent's debug listener ($API).
+api() { curl -sf "$API$1"; }
+# wait_for SECONDS PYTHON-CONDITION PATH: until the condition on the JSON at PATH (as j) holds.
+wait_for() {
+  local deadline=$((SECONDS + $1))
+  while [ $SECONDS -lt $deadline ]; do
+    if api "$3" > $TMP/last.json 2>/dev/null && python3 - "$2" $TMP/last.json <<'PY'
+import json, sys
+j = json.load(open(sys.argv[2]))
+sys.exit(0 if eval(sys.argv[1]) else 1)
+PY
+    then return 0; fi
+    sleep 0.3
+  done
+  return 1
+}

@@ -17,11 +17,7 @@ NODEGATE=$BUILD/nodegate
 command -v dnsperf >/dev/null || { echo "needs dnsperf"; exit 1; }
 
 source "$SRC/test/dns/topology.sh"
-trap topo_cleanup EXIT
-topo_up
-service_nat healthy
-start_dnsmasq
-start_launcher
+topo_healthy
 for i in $(seq 200); do echo "www.example.test A"; echo "www.example.test AAAA"; done > $TMP/queries
 
 clk=$(getconf CLK_TCK)
