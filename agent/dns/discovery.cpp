@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <map>
 #include <set>
 #include <thread>
@@ -192,7 +193,11 @@ DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string
   auto addView = [&](std::string path, NetnsRole role, std::string vmi) -> NetnsView* {
     auto ino = netnsInode(path);
     if (!ino) {
-      res.errors.push_back(ino.error().message);
+      // A process that exited during the scan (or a zombie: its comm stays readable, its
+      // namespaces are gone) is simply not there; any other failure is worth a warning.
+      bool gone = ino.error().code == ENOENT &&
+                  (role == NetnsRole::Launcher || role == NetnsRole::DnsServer);
+      if (!gone) res.errors.push_back(ino.error().message);
       return nullptr;
     }
     if (!seen.insert(*ino).second) {

@@ -193,6 +193,18 @@ TEST_F(RealDnsServer, AnEndpointOnTheNodesOwnAddressIsAHostNetworkServerNotAMiss
   EXPECT_FALSE(find(r.devices, Hop::Server));  // the process netns holds no endpoint
 }
 
+TEST_F(RealDnsServer, AServerThatExitedIsNotAnError) {
+  ::kill(pid_, SIGKILL);
+  // Not reaped yet: a zombie keeps its comm but has no namespaces any more.
+  for (int i = 0; i < 100 && sh("grep -q '^State:.*Z' /proc/" + std::to_string(pid_) + "/status");
+       ++i)
+    ::usleep(10000);
+  ASSERT_TRUE(serverRunning()) << "the zombie's comm should still read as the server's";
+  auto r = discoverHops(HostRoot("/"), {}, serverHints());
+  EXPECT_TRUE(r.errors.empty()) << r.errors.front();
+  EXPECT_FALSE(find(r.devices, Hop::Server));
+}
+
 TEST_F(RealDnsServer, OtherProcessNamesAreNotServers) {
   DnsServerHints hints;  // the default: coredns
   EXPECT_TRUE(hints.process_names.count("coredns"));
