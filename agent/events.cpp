@@ -24,11 +24,22 @@
 
 namespace nodegate {
 
-std::uint32_t triggerForSubsystem(const char* subsystem) {
-  if (!subsystem) return 0;
-  if (std::strcmp(subsystem, "misc") == 0) return kTriggerUdevMisc;
-  if (std::strcmp(subsystem, "block") == 0) return kTriggerUdevBlock;
-  if (std::strcmp(subsystem, "net") == 0) return kTriggerNetLink;
+std::uint32_t triggerForUevent(const Uevent& ev) {
+  if (!ev.subsystem) return 0;
+  if (std::strcmp(ev.subsystem, "misc") == 0) {
+    // KVM announces every VM created or destroyed on the node as a "change" of the kvm device
+    // with EVENT=create|destroy (kvm_uevent_notify_change()): VM lifecycle, not a change of the
+    // device. kvm-device's own KVM_CREATE_VM would otherwise re-trigger it without end (90
+    // cycles a second measured on a KVM host), and every VM start would re-run the misc probes.
+    const bool lifecycle = ev.sysname && std::strcmp(ev.sysname, "kvm") == 0 && ev.action &&
+                           std::strcmp(ev.action, "change") == 0 && ev.kvm_event &&
+                           (std::strcmp(ev.kvm_event, "create") == 0 ||
+                            std::strcmp(ev.kvm_event, "destroy") == 0);
+    if (lifecycle) return 0;
+    return kTriggerUdevMisc;
+  }
+  if (std::strcmp(ev.subsystem, "block") == 0) return kTriggerUdevBlock;
+  if (std::strcmp(ev.subsystem, "net") == 0) return kTriggerNetLink;
   return 0;
 }
 
@@ -103,15 +114,18 @@ struct KernelEvents::Impl {
     std::uint32_t bits = 0;
     // The monitor socket is non-blocking: read until it is empty.
     while (udev_device* d = udev_monitor_receive_device(m)) {
-      const char* sub = udev_device_get_subsystem(d);
-      std::uint32_t bit = triggerForSubsystem(sub);
+      const Uevent ev{udev_device_get_subsystem(d), udev_device_get_sysname(d),
+                      udev_device_get_action(d), udev_device_get_property_value(d, "EVENT")};
+      std::uint32_t bit = triggerForUevent(ev);
       if (bit) {
         bits |= bit;
-        count(source, sub);
-        const char* action = udev_device_get_action(d);
-        const char* name = udev_device_get_sysname(d);
-        log::debug("kernel event", {{"source", source}, {"subsystem", sub},
-                                    {"action", action ? action : ""}, {"device", name ? name : ""}});
+        count(source, ev.subsystem);
+        log::debug("kernel event", {{"source", source}, {"subsystem", ev.subsystem},
+                                    {"action", ev.action ? ev.action : ""},
+                                    {"device", ev.sysname ? ev.sysname : ""}});
+      } else if (ev.kvm_event) {
+        log::debug("kernel event ignored", {{"source", source}, {"device", ev.sysname ? ev.sysname : ""},
+                                            {"kvm_event", ev.kvm_event}});
       }
       udev_device_unref(d);
     }

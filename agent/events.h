@@ -45,7 +45,16 @@ class KernelEvents {
   std::unique_ptr<Impl> impl_;
 };
 
-// The trigger bit of a udev subsystem (0 for subsystems the agent does not watch).
-std::uint32_t triggerForSubsystem(const char* subsystem);
+// What a uevent says, as far as triggers go (any field may be null).
+struct Uevent {
+  const char* subsystem = nullptr;
+  const char* sysname = nullptr;  // "kvm", "sda", "tap0"
+  const char* action = nullptr;   // "add", "remove", "change", ...
+  const char* kvm_event = nullptr;  // the EVENT property KVM puts on its VM lifecycle uevents
+};
+
+// The trigger bit of a uevent: by subsystem (0 for subsystems the agent does not watch), except
+// KVM's VM lifecycle notices, which trigger nothing.
+std::uint32_t triggerForUevent(const Uevent& ev);
 
 }  // namespace nodegate

@@ -77,14 +77,14 @@ class HttpServer {
     std::size_t max_body_bytes = 64 * 1024;    // larger Content-Length: 413 without reading
     std::size_t max_header_bytes = 16 * 1024;  // request line + headers (civetweb: 64 headers max)
     // civetweb serves one connection per thread: a slow client holds a worker until the
-    // request timeout, so enough workers keep scrapes flowing while some clients dawdle. Each
-    // worker keeps ~50 KiB resident even idle (its stack pages, which Debian's civetweb touches
-    // with stack-clash probes, and its connection buffer); 16 serve Prometheus and the kubelet's
-    // probes many times over, and 24 slow clients delay a scrape by one request timeout at most
-    // (test/agent/http_robustness_test.py).
-    int worker_threads = 16;                   // concurrent connections being served
+    // request timeout. Each worker costs ~21 KiB resident even idle (its stack pages, which
+    // Debian's civetweb touches with stack-clash probes, and its connection buffer). Prometheus
+    // and the kubelet send their request at once and are served in about a millisecond, so 8
+    // workers with a 2 s timeout serve them many times over, and 24 slow clients delay a scrape
+    // by three timeouts, 6 s, at most (test/agent/http_robustness_test.py).
+    int worker_threads = 8;                    // concurrent connections being served
     int queue = 64;                            // accepted connections waiting for a worker
-    int request_timeout_ms = 3000;             // slow clients are cut off after this
+    int request_timeout_ms = 2000;             // slow clients are cut off after this
     bool keep_alive = false;                   // one request per connection: no idle holders
   };
 

@@ -104,14 +104,20 @@ using AttachKey = std::pair<uint64_t, int>;
 struct DnsTracer::Impl {
   TracerOptions opts;
   ng_dns_tracer_bpf* skel = nullptr;
-  bpf_link* drop_link = nullptr;
   bpf_program* drop_prog = nullptr;  // the kfree_skb flavour that loaded (tp_btf or raw_tp)
-  ring_buffer* rb = nullptr;
   bool drops = false;
   std::unordered_map<uint32_t, std::string> reasons;
 
-  mutable std::mutex mu;  // guards attachments
+  // Nothing is traced while no device is attached (a node whose VMs are all stopped): then the
+  // kfree_skb link is off too, and the ring is not mapped here (it would be 2 x ring_bytes of the
+  // agent's RSS, the data pages being mapped twice) and not polled. The first attach() turns
+  // tracing on, the last detach() off.
+  mutable std::mutex mu;  // guards attachments and drop_link
   std::map<AttachKey, Attachment> attachments;
+  bpf_link* drop_link = nullptr;
+  // Mapped by the poll thread while active, or by consume() on first use; only the thread that
+  // consumes touches it (consume() and the poll thread are never mixed).
+  ring_buffer* rb = nullptr;
 
   // Hop per device, stamped into each event on the poll thread: a lookup per event here instead
   // of a hash lookup per packet in the kernel.
@@ -123,10 +129,11 @@ struct DnsTracer::Impl {
   std::atomic<uint64_t> delivered{0};
 
   std::thread poller;
-  std::mutex stop_mu;
+  std::mutex stop_mu;  // guards stopping, started and active
   std::condition_variable stop_cv;
   bool stopping = false;
   bool started = false;
+  bool active = false;  // a device is attached: the poll thread maps and drains the ring
   EventCallback cb;
 
   static int onSample(void* ctx, void* data, size_t size) {
@@ -153,6 +160,42 @@ struct DnsTracer::Impl {
     ring_buffer__free(rb);
     bpf_link__destroy(drop_link);
     ng_dns_tracer_bpf__destroy(skel);
+  }
+
+  Result<void> mapRing() {
+    if (rb != nullptr) return {};
+    rb = ring_buffer__new(bpf_map__fd(skel->maps.ng_events), &Impl::onSample, this, nullptr);
+    if (rb == nullptr) return libbpfError(errno, "map dns ring buffer");
+    return {};
+  }
+
+  // Drains what is left, then unmaps.
+  void unmapRing() {
+    if (rb == nullptr) return;
+    ring_buffer__consume(rb);
+    ring_buffer__free(rb);
+    rb = nullptr;
+  }
+
+  // Called with mu held whenever attachments changed: tracing is on while any device is attached.
+  void setActive() {
+    const bool on = !attachments.empty();
+    if (on && drops && drop_link == nullptr) {
+      drop_link = bpf_program__attach(drop_prog);
+      // Packets are still traced; only the reason for a lost query goes missing.
+      if (drop_link == nullptr)
+        log::warn("dns tracer: drop reasons off",
+                  {{"reason", "failed to attach to skb:kfree_skb: " + std::string(std::strerror(errno))}});
+    } else if (!on && drop_link != nullptr) {
+      bpf_link__destroy(drop_link);
+      drop_link = nullptr;
+    }
+    {
+      std::lock_guard l(stop_mu);
+      if (active == on) return;
+      active = on;
+    }
+    stop_cv.notify_all();
   }
 };
 
@@ -275,21 +318,19 @@ Result<std::unique_ptr<DnsTracer>> DnsTracer::open(const TracerOptions& opts) {
               {{"reason", "tp_btf program rejected: " + std::string(std::strerror(-err))}});
   }
 
+  // The kfree_skb link comes and goes with the attached devices (Impl::setActive); one attach here
+  // finds out now whether the kernel allows it at all, so dropsAvailable() is true from the start.
   if (impl->drop_prog != nullptr) {
-    impl->drop_link = bpf_program__attach(impl->drop_prog);
-    if (impl->drop_link == nullptr) {
-      // Packets are still traced; only the reason for a lost query goes missing.
+    bpf_link* probe = bpf_program__attach(impl->drop_prog);
+    if (probe == nullptr) {
       log::warn(
           "dns tracer: drop reasons off",
           {{"reason", "failed to attach to skb:kfree_skb: " + std::string(std::strerror(errno))}});
       impl->drops = false;
       impl->drop_prog = nullptr;
     }
+    bpf_link__destroy(probe);
   }
-
-  impl->rb = ring_buffer__new(bpf_map__fd(impl->skel->maps.ng_events), &Impl::onSample, impl.get(),
-                              nullptr);
-  if (impl->rb == nullptr) return libbpfError(errno, "open dns ring buffer");
 
   log::debug("dns tracer loaded", {{"ring_bytes", std::to_string(opts.ring_bytes)},
                                    {"drop_reasons", std::to_string(impl->reasons.size())}});
@@ -374,6 +415,7 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
                                     {"hop", std::to_string(target.hop)}});
   AttachmentInfo info = a.info;
   impl_->attachments.emplace(key, std::move(a));
+  impl_->setActive();
   return info;
 }
 
@@ -427,6 +469,7 @@ Result<void> DnsTracer::detach(uint64_t netns_ino, int ifindex) {
     impl_->hops.erase({static_cast<uint32_t>(netns_ino), ifindex});
   }
   impl_->attachments.erase(it);
+  impl_->setActive();
   if (r)
     log::info("dns tracer detached",
               {{"netns_ino", std::to_string(netns_ino)}, {"ifindex", std::to_string(ifindex)}});
@@ -481,16 +524,30 @@ Result<void> DnsTracer::start(EventCallback cb) {
                  {{"error", std::strerror(errno)}});
     const int timeout_ms = static_cast<int>(impl->opts.poll_interval.count());
     for (;;) {
+      bool active = false;
       {
-        std::lock_guard l(impl->stop_mu);
+        // Idle (no device attached, ring drained and unmapped): sleep until one is attached.
+        std::unique_lock l(impl->stop_mu);
+        impl->stop_cv.wait(l, [impl] { return impl->stopping || impl->active || impl->rb; });
         if (impl->stopping) break;
+        active = impl->active;
+      }
+      if (!active) {
+        impl->unmapRing();
+        continue;
+      }
+      if (auto r = impl->mapRing(); !r) {
+        log::error("dns tracer: events not read", {{"error", r.error().message}});
+        std::unique_lock l(impl->stop_mu);
+        impl->stop_cv.wait_for(l, impl->opts.poll_interval, [impl] { return impl->stopping; });
+        continue;
       }
       // Returns early only when the BPF side forces a wakeup (ring half full); otherwise this is
       // the poll interval, and consume() picks up what arrived without a wakeup.
       ring_buffer__poll(impl->rb, timeout_ms);
       ring_buffer__consume(impl->rb);
     }
-    ring_buffer__consume(impl->rb);
+    impl->unmapRing();
   });
   return {};
 }
@@ -501,6 +558,7 @@ void DnsTracer::stop() {
     if (!impl_->started || impl_->stopping) return;
     impl_->stopping = true;
   }
+  impl_->stop_cv.notify_all();
   if (impl_->poller.joinable()) impl_->poller.join();
 }
 
@@ -510,6 +568,7 @@ Result<int> DnsTracer::consume(const EventCallback& cb) {
     if (impl_->started && !impl_->stopping)
       return Error{EBUSY, "failed to consume dns events: the poll thread is running"};
   }
+  if (auto r = impl_->mapRing(); !r) return r.error();
   impl_->sink = &cb;
   int n = ring_buffer__consume(impl_->rb);
   impl_->sink = nullptr;

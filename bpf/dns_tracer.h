@@ -8,8 +8,11 @@
 // - open() loads everything the kernel can run; a program it cannot run (no kfree_skb reason on old
 //   kernels) is switched off and reported by dropsAvailable(), not an error.
 // - attach() is idempotent per (netns, ifindex) and only ever adds observers: the classifier
-// returns
-//   TC_ACT_UNSPEC, so the device's existing tc programs decide as before.
+//   returns TC_ACT_UNSPEC, so the device's existing tc programs decide as before.
+// - Tracing is on while at least one device is attached: kfree_skb drops are followed from the
+//   first attach() to the last detach() (a drop anywhere on the node is reported then, attached
+//   device or not), and only then is the ring mapped and polled. With nothing attached the tracer
+//   costs no memory in the process and no wakeups.
 // - The destructor detaches everything it attached and removes clsact qdiscs only where it created
 //   them; a device or netns that disappeared in the meantime is not an error.
 // - Thread safety: attach/detach/setHop/stats may be called from any thread; the callback runs on

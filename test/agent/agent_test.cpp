@@ -2,6 +2,7 @@
 // HTTP router and handlers, the metrics publisher. Probes here are fakes; the HTTP listener test
 // binds a real civetweb socket on 127.0.0.1 (ports 19200-19209 belong to this file).
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -184,6 +185,30 @@ TEST(Runner, TriggerRunsOnlyTheProbesListeningToIt) {
   EXPECT_TRUE(f.runner->snapshot()->complete);
   f.runner->runCycle(kTriggerDns);  // nobody listens: no run, no cycle counted
   EXPECT_EQ(f.probes[0]->runs + f.probes[1]->runs + f.probes[2]->runs, 6);
+}
+
+int threadsOfThisProcess() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+// Between cycles the agent keeps no probe threads: each run's thread ends with the run.
+TEST(Runner, NoProbeThreadOutlivesItsRun) {
+  const int before = threadsOfThisProcess();
+  Fixture f(routingProbes());
+  EXPECT_EQ(threadsOfThisProcess(), before);
+  f.runner->runCycle(kTriggerTimer);
+  EXPECT_EQ(f.probes[0]->runs + f.probes[1]->runs + f.probes[2]->runs, 3);
+  int now = threadsOfThisProcess();
+  for (int i = 0; i < 100 && now != before; i++) {
+    std::this_thread::sleep_for(10ms);
+    now = threadsOfThisProcess();
+  }
+  EXPECT_EQ(now, before);
 }
 
 TEST(Runner, ConfigAddsTriggersToAProbe) {
@@ -538,11 +563,23 @@ TEST(ProcessMetrics, ReadsThisProcess) {
 }
 
 TEST(KernelEvents, SubsystemsMapToTriggers) {
-  EXPECT_EQ(triggerForSubsystem("misc"), kTriggerUdevMisc);
-  EXPECT_EQ(triggerForSubsystem("block"), kTriggerUdevBlock);
-  EXPECT_EQ(triggerForSubsystem("net"), kTriggerNetLink);
-  EXPECT_EQ(triggerForSubsystem("usb"), 0u);
-  EXPECT_EQ(triggerForSubsystem(nullptr), 0u);
+  EXPECT_EQ(triggerForUevent({"misc", "vhost-net", "add"}), kTriggerUdevMisc);
+  EXPECT_EQ(triggerForUevent({"block", "sda", "change"}), kTriggerUdevBlock);
+  EXPECT_EQ(triggerForUevent({"net", "tap0", "add"}), kTriggerNetLink);
+  EXPECT_EQ(triggerForUevent({"usb", "1-1", "add"}), 0u);
+  EXPECT_EQ(triggerForUevent({}), 0u);
+}
+
+// KVM's notice of a VM created or destroyed is not a device change: kvm-device creating its test
+// VM must not re-trigger itself. The device itself coming or going, or a plain "change" written
+// to its uevent file, still triggers.
+TEST(KernelEvents, KvmVmLifecycleTriggersNothing) {
+  EXPECT_EQ(triggerForUevent({"misc", "kvm", "change", "create"}), 0u);
+  EXPECT_EQ(triggerForUevent({"misc", "kvm", "change", "destroy"}), 0u);
+  EXPECT_EQ(triggerForUevent({"misc", "kvm", "change"}), kTriggerUdevMisc);
+  EXPECT_EQ(triggerForUevent({"misc", "kvm", "add"}), kTriggerUdevMisc);
+  EXPECT_EQ(triggerForUevent({"misc", "kvm", "remove"}), kTriggerUdevMisc);
+  EXPECT_EQ(triggerForUevent({"misc", "tun", "change", "create"}), kTriggerUdevMisc);
 }
 
 // ---------------------------------------------------------------- real listener

@@ -50,6 +50,27 @@ else
   echo "note: /sys/class/misc/tun/uevent not writable, misc uevent part not run"
 fi
 
+# 2b. KVM announces every VM created or destroyed as a "change" of /dev/kvm (EVENT=create|destroy).
+# Those must trigger nothing: kvm-device creates a VM on every run, and on a KVM host the agent
+# used to re-trigger itself ~90 times a second.
+if [ -c /dev/kvm ] && python3 -c 'import fcntl, os; os.close(fcntl.ioctl(os.open("/dev/kvm", os.O_RDWR), 0xAE01, 0))' 2>/dev/null; then
+  tm0=$(metric 'nodegate_agent_triggers_total{trigger="udev-misc"}')
+  python3 -c '
+import fcntl, os
+kvm = os.open("/dev/kvm", os.O_RDWR)
+for _ in range(5):
+    os.close(fcntl.ioctl(kvm, 0xAE01, 0))  # KVM_CREATE_VM returns the VM fd; closing destroys it
+'
+  ignored() { grep -q "kernel event ignored.*kvm_event=destroy" "$work/agent.log"; }
+  wait_until 5 ignored || fail "the agent did not see KVM's VM lifecycle uevents"
+  sleep 0.5
+  tm1=$(metric 'nodegate_agent_triggers_total{trigger="udev-misc"}')
+  [ "$tm1" = "$tm0" ] || fail "KVM VM lifecycle uevents fired the udev-misc trigger ($tm0 -> $tm1)"
+  echo "kvm VM create/destroy uevents: seen, no trigger"
+else
+  echo "note: no usable /dev/kvm here, the KVM lifecycle part not run"
+fi
+
 # 3. The fixture changes (vmx gone); the next netlink trigger re-runs cpu-virt on it.
 run0=$(api cpu-virt | jq -r .last_run)
 # Other tests running in parallel create links too: their events may re-run cpu-virt before our

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -113,6 +114,12 @@ class DnsAttachTest : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return out;
+  }
+
+  // Drops are followed while some device is attached; b's side stays unattached (no hop).
+  void attachClient() {
+    ASSERT_TRUE(
+        tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok());
   }
 
   static const ng_dns_event* find(const std::vector<ng_dns_event>& evs, uint16_t kind, uint16_t dir,
@@ -339,6 +346,7 @@ TEST_F(DnsAttachTest, DroppedPagedTcpSegmentIsCounted) {
   ASSERT_EQ(sh(nft + "'add chain inet ngbpf input { type filter hook input priority 0; }'"), 0);
   // (SYN: 60 bytes of IP with options, pure ACKs 52; a query segment is longer.)
   ASSERT_EQ(sh(nft + "add rule inet ngbpf input tcp dport 53 ip length gt 64 drop"), 0);
+  attachClient();
   const auto before = tracer_->stats();
   sh("ip netns exec " + net_->a + " dig +tcp +tries=1 +time=1 @10.77.0.2 paged.nodegate.test");
   uint64_t paged = 0;
@@ -356,6 +364,7 @@ TEST_F(DnsAttachTest, NetfilterDropIsReportedByName) {
   ASSERT_EQ(sh(nft + "add table inet ngbpf"), 0);
   ASSERT_EQ(sh(nft + "'add chain inet ngbpf input { type filter hook input priority 0; }'"), 0);
   ASSERT_EQ(sh(nft + "add rule inet ngbpf input udp dport 53 drop"), 0);
+  attachClient();
   net_->query("dropped.nodegate.test");
   auto evs = collect("dropped.nodegate.test", 1);
   const ng_dns_event* drop = find(evs, NG_EV_DROP, NG_DIR_NONE, ino_b_);
@@ -373,6 +382,7 @@ TEST_F(DnsAttachTest, RawTracepointFallbackReportsDrops) {
   ASSERT_TRUE(t.ok()) << t.error().message;
   tracer_ = std::move(t.value());
   ASSERT_TRUE(tracer_->dropsAvailable());
+  attachClient();
   net_->query("rawtp.nodegate.test");
   auto evs = collect("rawtp.nodegate.test", 1);
   const ng_dns_event* drop = find(evs, NG_EV_DROP, NG_DIR_NONE, ino_b_);
@@ -553,6 +563,68 @@ TEST_F(DnsAttachTest, PollThreadDeliversEvents) {
   tracer_->stop();
   EXPECT_GE(seen.load(), 1);
   EXPECT_GE(tracer_->stats().events, 1u);
+}
+
+}  // namespace
+}  // namespace nodegate::dns::test
+
+namespace nodegate::dns::test {
+namespace {
+
+// Bytes of BPF maps mmapped into this process: the skeleton's global-data maps (a page or so)
+// and, while mapped, the ring (its data pages twice over).
+std::size_t bpfMappedBytes() {
+  std::size_t total = 0;
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  if (f == nullptr) return 0;
+  char line[512];
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    if (std::strstr(line, "anon_inode:bpf-map") != nullptr && std::sscanf(line, "%lx-%lx", &lo, &hi) == 2)
+      total += hi - lo;
+  }
+  std::fclose(f);
+  return total;
+}
+
+template <typename Pred>
+bool waitFor(Pred pred) {
+  for (int i = 0; i < 150 && !pred(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return pred();
+}
+
+// A node with no VM: nothing attached, so no drop is followed, the ring is not mapped and the
+// poll thread sleeps. The first attach turns all of it on, the last detach off again.
+TEST_F(DnsAttachTest, TracesOnlyWhileADeviceIsAttached) {
+  constexpr std::size_t kRing = 1u << 20;  // as opened by the fixture
+  std::atomic<int> drops{0}, packets{0};
+  const uint64_t ino_a = ino_a_, ino_b = ino_b_;
+  ASSERT_TRUE(tracer_
+                  ->start([&](const ng_dns_event& ev) {
+                    if (ev.kind == NG_EV_DROP && ev.netns_ino == ino_b) drops++;
+                    if (ev.kind == NG_EV_PACKET && ev.netns_ino == ino_a) packets++;
+                  })
+                  .ok());
+  // Nothing answers on b: every query ends in a NO_SOCKET drop there.
+  net_->query("idle.nodegate.test");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(drops.load(), 0) << "a drop was reported with nothing attached";
+  EXPECT_LT(bpfMappedBytes(), kRing) << "the ring is mapped with nothing attached";
+
+  attachClient();
+  EXPECT_TRUE(waitFor([&] { return bpfMappedBytes() >= 2 * kRing; })) << bpfMappedBytes();
+  net_->query("busy.nodegate.test");
+  EXPECT_TRUE(waitFor([&] { return drops.load() >= 1 && packets.load() >= 1; }))
+      << drops.load() << " drops, " << packets.load() << " packets";
+
+  ASSERT_TRUE(tracer_->detach(ino_a_, net_->ifindex_a).ok());
+  EXPECT_TRUE(waitFor([&] { return bpfMappedBytes() < kRing; })) << bpfMappedBytes();
+  const int after = drops.load();
+  net_->query("idle-again.nodegate.test");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(drops.load(), after) << "a drop was reported after the last detach";
+  tracer_->stop();
+  EXPECT_EQ(tracer_->stats().events_lost, 0u);
 }
 
 }  // namespace
