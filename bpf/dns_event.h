@@ -26,7 +26,15 @@
  *   255 bytes) are no longer detected: those questions are reported truncated, not malformed.
  *   One tc program (ng_tc) now serves both hooks; dir comes from the kernel's skb->tc_at_ingress
  *   (same values for real attachments; a BPF_PROG_TEST_RUN run is outside any hook and says
- *   NG_DIR_EGRESS). No field moved. */
+ *   NG_DIR_EGRESS). No field moved.
+ * - 2026-11-30 (round 4) the ring record is shorter than struct ng_dns_event: its first
+ *   NG_DNS_REC_HEAD bytes (every field up to qname, same layout), then room for NG_DNS_REC_Q1,
+ *   NG_DNS_REC_Q2 or NG_DNS_REC_Q3 question bytes, the smallest that holds every byte the loader's
+ *   decoder reads (the kernel finds the end of the name by hopping over its labels). It carries
+ *   min(qrest, NG_DNS_QNAME_MAX, record size - NG_DNS_REC_HEAD) question bytes; the loader rebuilds
+ *   the full struct (bpf/dns_wire.h, decodeRecord()) and the decoded fields are exactly what the
+ *   128-byte capture gave, so nothing changes for users. Drop events use the same rule. On the
+ *   ring, hop and qtype are no longer written (stale bytes): decodeRecord() sets both. */
 #ifndef NODEGATE_DNS_EVENT_H
 #define NODEGATE_DNS_EVENT_H
 
@@ -38,6 +46,17 @@
 
 #define NG_DNS_QNAME_MAX 128 /* bytes of the question name kept, dotted, NUL-terminated (on the
                                 ring: bytes of the raw wire-format question captured) */
+
+/* Ring record sizes. With the ring's 8-byte header the three sizes take 128, 192 and 256 bytes of
+ * ring: multiples of 64, so every record starts on a cache line and a record with a short question
+ * (most of them: a name of up to 36 dotted characters, such as
+ * kubernetes.default.svc.cluster.local) writes two lines where the 216-byte record
+ * wrote four or five, straddling lines at varying offsets. Only the bytes written are touched: the
+ * largest size is padded to keep the alignment, its last 40 bytes are never written. */
+#define NG_DNS_REC_HEAD 80 /* offsetof(struct ng_dns_event, qname) */
+#define NG_DNS_REC_Q1 40
+#define NG_DNS_REC_Q2 104
+#define NG_DNS_REC_Q3 168 /* NG_DNS_QNAME_MAX captured, 40 bytes of padding */
 
 enum ng_dns_event_kind {
   NG_EV_PACKET = 1, /* a DNS packet seen by a tc program */

@@ -21,6 +21,10 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+_Static_assert(__builtin_offsetof(struct ng_dns_event, qname) == NG_DNS_REC_HEAD,
+               "the ring record's fixed part is struct ng_dns_event up to qname");
+_Static_assert(NG_DNS_REC_Q3 >= NG_DNS_QNAME_MAX, "the largest record holds a whole capture");
+
 /* Set by the loader before load. */
 const volatile __u32 cfg_wakeup_bytes = 0; /* force a wakeup once this much data waits; 0 = never */
 const volatile __u16 cfg_dns_port = 53;
@@ -368,33 +372,97 @@ static __always_inline int ng_dns_bounds(const struct ng_src *s, const struct ng
   return -1;
 }
 
-/* The question, raw: its first NG_DNS_QNAME_MAX wire bytes (labels, qtype, qclass, and whatever
- * follows when the question is shorter) are copied into ev->qname as they are, and ev->qrest says
- * how many message bytes there were from qoff on. No per-byte work here: the loader decodes the
- * name, qtype and the parse flags on its poll thread (bpf/dns_wire.h), before any consumer sees
- * the event. A question that does not fit the capture is reported truncated from what was copied.
- * tc copies straight from the linear data when a whole capture's worth is there (responses, most
- * of the time: 16 word copies), through one bounded helper call otherwise. */
+/* The question, raw: its first wire bytes (labels, qtype, qclass, and whatever follows when the
+ * question is shorter) are copied into ev->qname as they are, and ev->qrest says how many message
+ * bytes there were from qoff on. No per-byte work here: the loader decodes the name, qtype and the
+ * parse flags on its poll thread (bpf/dns_wire.h), before any consumer sees the event. The record
+ * has room for `cap` question bytes (a constant at every call: one of NG_DNS_REC_Q*), of which
+ * min(avail, cap, NG_DNS_QNAME_MAX) are copied (the loader reads exactly those). tc copies straight
+ * from the linear data with word loads when the record's worth is there, or, for the smallest
+ * record, when at least 8 bytes are; through one bounded helper call otherwise (TCP payload in
+ * page fragments, kfree_skb, the rare longer question that ends before its record's room). */
 static __always_inline void ng_question(const struct ng_src *s, __u32 qoff, __u32 avail,
-                                        struct ng_dns_event *ev)
+                                        struct ng_dns_event *ev, const __u32 cap)
 {
+  const __u32 w = cap < NG_DNS_QNAME_MAX ? cap : NG_DNS_QNAME_MAX;
+
   ev->qrest = avail > 0xFFFF ? 0xFFFF : avail;
-  if (!s->kern && qoff < 0x3FFF && s->data + qoff + NG_DNS_QNAME_MAX <= s->data_end) {
+  if (!s->kern && qoff < 0x3FFF && s->data + qoff + w <= s->data_end) {
     /* Word copies; the packet side may be unaligned, which x86 and arm64 load fine. */
     const __u64 *src = (const __u64 *)(s->data + qoff);
     __u64 *dst = (__u64 *)ev->qname;
 #pragma unroll
-    for (int i = 0; i < NG_DNS_QNAME_MAX / 8; i++)
+    for (int i = 0; i < w / 8; i++)
       dst[i] = src[i];
     return;
   }
   /* 64-bit so the compiler checks the very register it passes to the helper. */
   __u64 n = avail;
-  if (n > NG_DNS_QNAME_MAX)
-    n = NG_DNS_QNAME_MAX;
+  if (n > w)
+    n = w;
   barrier_var(n);
-  if (n == 0 || n > NG_DNS_QNAME_MAX || ng_load(s, qoff, ev->qname, n))
-    ev->qrest = 0; /* nothing captured: the loader reports a parse error */
+  if (n == 0 || n > w)
+    goto none;
+  /* The smallest record, with fewer bytes left in the linear data than it has room for (every
+   * query and short answer): whole words, then the last 8 bytes once more, ending where the message
+   * ends. The helper call and its kernel code cost more at low rates than these few loads. */
+  if (cap == NG_DNS_REC_Q1 && !s->kern && n >= 8 && qoff < 0x3FFF) {
+    const __u8 *tail = s->data + qoff + (n - 8);
+    if (tail + 8 <= s->data_end) {
+      const __u8 *src = s->data + qoff;
+      *(__u64 *)(ev->qname + (n - 8)) = *(const __u64 *)tail;
+#pragma unroll
+      for (int i = 0; i < NG_DNS_REC_Q1 / 8; i++) {
+        if (8 * (i + 1) > n || src + 8 * (i + 1) > s->data_end)
+          break;
+        ((__u64 *)ev->qname)[i] = ((const __u64 *)src)[i];
+      }
+      return;
+    }
+  }
+  if (!ng_load(s, qoff, ev->qname, n))
+    return;
+none:
+  ev->qrest = 0; /* nothing captured: the loader reports a parse error */
+}
+
+/* How many question bytes the loader's decoder (bpf/dns_wire.cpp) reads before it decides: up to
+ * the name's zero byte and the two qtype bytes, or up to the first byte that makes it an error (a
+ * pointer, a reserved label type). A record with room for that many bytes decodes exactly as a
+ * 128-byte capture would, so the record size follows the question instead of the worst case. The
+ * walk hops from length byte to length byte (a handful of loads from the linear data the copy reads
+ * next). What it cannot settle takes the largest record: names of more labels than it follows,
+ * questions it cannot read directly (kfree_skb, TCP payload in page fragments) and names cut by the
+ * end of the data. It does not look at where the message ends: past that end it reads other bytes
+ * of the frame and returns more than the message holds, which is still room enough. Comparing with
+ * the message length would give the verifier a range of it for every way out of the loop (it is a
+ * helper's size argument later). A global function: the verifier checks it once, not once for every
+ * way the parser can reach it (that took the tc program from 145k to 450k-860k instructions
+ * verified), at the price of a BPF-to-BPF call. */
+#define NG_QWALK_LABELS 16
+__noinline int ng_question_need(struct __sk_buff *skb, __u32 qoff)
+{
+  const __u8 *data = (const __u8 *)(long)skb->data;
+  const __u8 *data_end = (const __u8 *)(long)skb->data_end;
+  __u32 pos = 0;
+
+  if (qoff >= 0x3FFF)
+    return NG_DNS_QNAME_MAX;
+#pragma clang loop unroll(disable)
+  for (int i = 0; i < NG_QWALK_LABELS; i++) {
+    if (pos >= NG_DNS_QNAME_MAX)
+      break;
+    const __u8 *p = data + qoff + pos;
+    if (p + 1 > data_end)
+      break;
+    __u8 len = *p;
+    if (len == 0)
+      return pos + 3; /* zero byte and qtype */
+    if (len & 0xC0)
+      return pos + 1;
+    pos += len + 1;
+  }
+  return NG_DNS_QNAME_MAX;
 }
 
 /* Envelope of one event: where it was seen. */
@@ -426,15 +494,35 @@ static __always_inline void ng_emit(const struct ng_src *s, const struct ng_meta
     return;
   }
 
-  ev = bpf_ringbuf_reserve(&ng_events, sizeof(*ev), 0);
+  /* The smallest record that holds what the decoder will read (see NG_DNS_REC_HEAD for why these
+   * sizes). One reservation per size: bpf_ringbuf_reserve() takes a constant size, and
+   * bpf_ringbuf_reserve_dynptr() with an exact size would need a helper or kfunc call for every
+   * access to the record and would break the cache-line alignment of the records. */
+  __u32 avail = m->dns_end - qoff;
+  /* A message that ends within the smallest record needs no walk (most queries, short answers). */
+  __u32 need = avail <= NG_DNS_REC_Q1 ? avail
+               : s->kern              ? NG_DNS_QNAME_MAX
+                                      : (__u32)ng_question_need(s->skb, qoff);
+  if (need <= NG_DNS_REC_Q1) {
+    ev = bpf_ringbuf_reserve(&ng_events, NG_DNS_REC_HEAD + NG_DNS_REC_Q1, 0);
+    if (ev)
+      ng_question(s, qoff, avail, ev, NG_DNS_REC_Q1);
+  } else if (need <= NG_DNS_REC_Q2) {
+    ev = bpf_ringbuf_reserve(&ng_events, NG_DNS_REC_HEAD + NG_DNS_REC_Q2, 0);
+    if (ev)
+      ng_question(s, qoff, avail, ev, NG_DNS_REC_Q2);
+  } else {
+    ev = bpf_ringbuf_reserve(&ng_events, NG_DNS_REC_HEAD + NG_DNS_REC_Q3, 0);
+    if (ev)
+      ng_question(s, qoff, avail, ev, NG_DNS_REC_Q3);
+  }
   if (!ev) {
     ng_count(NG_STAT_LOST);
     return;
   }
-  /* Every field the loader passes on is written below (no memset of the 208 bytes); qtype and
-   * the dotted qname are filled in by the loader from the raw question, and it stamps the hop from
-   * the device (DnsTracer), off the packet path. */
-  ev->hop = 0;
+  /* Every field the loader passes on is written below (no memset); qtype and the dotted qname are
+   * filled in by the loader from the raw question, and it stamps the hop from the device
+   * (DnsTracer), off the packet path. */
   ev->ts_ns = bpf_ktime_get_ns();
   ev->netns_cookie = w->netns_cookie;
   ev->netns_ino = w->netns_ino;
@@ -454,8 +542,6 @@ static __always_inline void ng_emit(const struct ng_src *s, const struct ng_meta
     ev->flags |= NG_F_TC;
   ev->rcode = fl & 0xF;
   ev->pkt_len = m->l3_len;
-
-  ng_question(s, qoff, m->dns_end - qoff, ev);
 
   __u64 wake = BPF_RB_NO_WAKEUP;
   /* Batching: the reader polls every few ms; wake it early only when the ring fills up. */

@@ -138,11 +138,11 @@ struct DnsTracer::Impl {
 
   static int onSample(void* ctx, void* data, size_t size) {
     auto* self = static_cast<Impl*>(ctx);
-    if (size < sizeof(ng_dns_event) || self->sink == nullptr) return 0;
+    if (self->sink == nullptr) return 0;
+    // The record is shorter than the event (sized by its question) and carries the question raw;
+    // the full event, dotted name, qtype and parse flags are made here.
     ng_dns_event ev;
-    std::memcpy(&ev, data, sizeof ev);
-    // The kernel copied the question raw; the dotted name, qtype and parse flags are made here.
-    decodeEventQuestion(ev);
+    if (!decodeRecord(data, size, ev)) return 0;
     {
       std::lock_guard lock(self->hop_mu);
       auto it = self->hops.find({ev.netns_ino, static_cast<int>(ev.ifindex)});

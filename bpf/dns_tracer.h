@@ -36,16 +36,15 @@ struct TracerOptions {
   // Ring buffer size in bytes (power of two, multiple of the page size). Rule: peak events/s ×
   // poll interval × record size, with headroom for a late poll. Peak: 50k DNS packets/s seen at
   // each of 4 traced devices = 200k events/s (the most this 2-vCPU machine's dnsperf drove through
-  // the bench topology was ~170k/s); poll 10 ms; record 208 B + 8 B ring header = 216 B. In
-  // flight per poll: 200k × 0.010 × 216 B = 432 KB. 512 KiB holds 1.2 polls of that peak, but
-  // the program forces a wakeup at half full (256 KiB, every ~6 ms at the peak), so the poll
-  // thread drains it early; a poll may still run ~6 ms late after that wakeup at the peak, ~25 ms
-  // at 50k events/s, before anything is lost. Measured (docs/benchmarks/dns-bpf.md, "Ring size
-  // 512 KiB"): no loss up to ~190k DNS packets/s; above the peak, at ~257k events/s, up to 39 of
-  // 1.34M events lost where 1 MiB lost none. The ring is mapped into the agent twice over (the
-  // data pages are mapped a second time for wrap-around reads), so every MiB here is 2 MiB of the
-  // agent's RSS: 1 MiB cost 2 MiB, 512 KiB costs 1 MiB.
-  std::size_t ring_bytes = 1u << 19;
+  // the bench topology was ~170k/s); poll 10 ms; a record is 128 B for a name of up to 36
+  // characters (192 or 256 B for longer ones, bpf/dns_event.h). In flight per poll: 200k × 0.010 ×
+  // 128 B = 256 KB. 256 KiB holds one poll of that peak, and the program forces a wakeup at half
+  // full (128 KiB, every ~5 ms at the peak), so the poll thread drains it early. Measured
+  // (docs/benchmarks/dns-bpf.md, "Ring size 256 KiB"): no loss up to ~192k DNS packets/s; at
+  // ~288k, 0 to 222 of 1.5M events lost. The ring is mapped into the agent twice over (the data
+  // pages are mapped a second time for wrap-around reads) while a device is attached, so every
+  // KiB here is 2 KiB of the agent's RSS then: 256 KiB costs 512 KiB.
+  std::size_t ring_bytes = 1u << 18;
   // How often the poll thread drains the ring; the BPF side does not wake user space per event
   // (BPF_RB_NO_WAKEUP) and forces a wakeup only when the ring is half full.
   std::chrono::milliseconds poll_interval{10};

@@ -1,6 +1,7 @@
 #include "dns_wire.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 namespace nodegate::dns {
@@ -61,14 +62,22 @@ WireQuestion decodeQuestion(const uint8_t* captured, std::size_t size, std::size
   return q;
 }
 
-void decodeEventQuestion(ng_dns_event& ev) {
-  uint8_t raw[NG_DNS_QNAME_MAX];
-  std::memcpy(raw, ev.qname, sizeof raw);
-  const std::size_t size = std::min<std::size_t>(ev.qrest, sizeof raw);
-  const WireQuestion q = decodeQuestion(raw, size, ev.qrest);
+static_assert(offsetof(ng_dns_event, qname) == NG_DNS_REC_HEAD,
+              "the ring record's fixed part is struct ng_dns_event up to qname");
+
+bool decodeRecord(const void* rec, std::size_t size, ng_dns_event& ev) {
+  if (rec == nullptr || size < NG_DNS_REC_HEAD) return false;
+  const auto* bytes = static_cast<const uint8_t*>(rec);
+  std::memcpy(&ev, bytes, NG_DNS_REC_HEAD);
+  const std::size_t captured =
+      std::min({static_cast<std::size_t>(ev.qrest), std::size_t{NG_DNS_QNAME_MAX},
+                size - NG_DNS_REC_HEAD});
+  const WireQuestion q = decodeQuestion(bytes + NG_DNS_REC_HEAD, captured, ev.qrest);
+  ev.hop = 0;
   std::memcpy(ev.qname, q.qname, sizeof ev.qname);
   ev.qtype = q.qtype;
   ev.flags = static_cast<uint16_t>((ev.flags & ~(NG_F_PARSE_ERR | NG_F_QNAME_TRUNC)) | q.flags);
+  return true;
 }
 
 }  // namespace nodegate::dns

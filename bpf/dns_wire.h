@@ -32,8 +32,11 @@ struct WireQuestion {
 // Label bytes are copied as they are, as the kernel-side walk did before.
 WireQuestion decodeQuestion(const uint8_t* captured, std::size_t size, std::size_t rest);
 
-// Decodes the raw question an event carries (qname holds min(qrest, NG_DNS_QNAME_MAX) captured
-// bytes) into the delivered form, in place: qname, qtype, the two flags; qrest is left as is.
-void decodeEventQuestion(ng_dns_event& ev);
+// Rebuilds the delivered event from one ring record of `size` bytes (bpf/dns_event.h: the fields of
+// struct ng_dns_event up to qname, then min(qrest, NG_DNS_QNAME_MAX, size - NG_DNS_REC_HEAD) raw
+// question bytes): copies the fixed part, decodes the question (qname, qtype, the two flags; qrest
+// is kept) and clears hop, which the loader stamps. Returns false, leaving `ev` unspecified, for a
+// record shorter than its fixed part (not written by this build's programs).
+bool decodeRecord(const void* rec, std::size_t size, ng_dns_event& ev);
 
 }  // namespace nodegate::dns

@@ -1,6 +1,7 @@
 // The tc classifier's DNS parser, run in the real kernel with BPF_PROG_TEST_RUN on crafted frames.
 // Each run's events are read back from the ring buffer and checked field by field.
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "dns_tracer.h"
+#include "dns_wire.h"
 #include "frames.h"
 
 namespace nodegate::dns::test {
@@ -65,6 +67,54 @@ class DnsParserTest : public ::testing::Test {
     EXPECT_EQ(evs.size(), 1u);
     if (evs.empty()) return ng_dns_event{};
     return evs.front();
+  }
+
+  // The ring records of one run as the kernel wrote them (size and bytes), read with a consumer of
+  // our own on the tracer's ring: the record sizes are not visible through DnsTracer.
+  static std::vector<Bytes> runRaw(const Bytes& frame) {
+    const int ring = ringFd();
+    EXPECT_GE(ring, 0) << "no ring buffer map on the tc program";
+    std::vector<Bytes> out;
+    if (ring < 0) return out;
+    ring_buffer* rb = ring_buffer__new(
+        ring,
+        [](void* ctx, void* data, size_t size) {
+          const auto* p = static_cast<const uint8_t*>(data);
+          static_cast<std::vector<Bytes>*>(ctx)->emplace_back(p, p + size);
+          return 0;
+        },
+        &out, nullptr);
+    EXPECT_NE(rb, nullptr);
+    if (rb == nullptr) return out;
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
+                .data_size_in = static_cast<uint32_t>(frame.size()), .repeat = 1);
+    EXPECT_EQ(bpf_prog_test_run_opts(tracer_->tcProgFd(), &opts), 0);
+    EXPECT_GE(ring_buffer__consume(rb), 0);
+    ring_buffer__free(rb);
+    return out;
+  }
+
+  static int ringFd() {
+    static int fd = -1;
+    if (fd >= 0) return fd;
+    uint32_t ids[16] = {};
+    bpf_prog_info info{};
+    info.nr_map_ids = 16;
+    info.map_ids = reinterpret_cast<uintptr_t>(ids);
+    uint32_t len = sizeof info;
+    if (bpf_obj_get_info_by_fd(tracer_->tcProgFd(), &info, &len) != 0) return -1;
+    for (uint32_t i = 0; i < std::min<uint32_t>(info.nr_map_ids, 16); i++) {
+      const int m = bpf_map_get_fd_by_id(ids[i]);
+      if (m < 0) continue;
+      bpf_map_info mi{};
+      uint32_t mlen = sizeof mi;
+      if (bpf_obj_get_info_by_fd(m, &mi, &mlen) == 0 && mi.type == BPF_MAP_TYPE_RINGBUF) {
+        fd = m;
+        return fd;
+      }
+      close(m);
+    }
+    return -1;
   }
 
   static inline DnsTracer* tracer_ = nullptr;
@@ -366,6 +416,122 @@ TEST_F(DnsParserTest, OversizeNames) {
   auto ev4 = runOne(buildFrame({}, bad.bytes()));
   EXPECT_TRUE(ev4.flags & NG_F_PARSE_ERR);
   EXPECT_STREQ(ev4.qname, "");
+}
+
+// The record is sized by the question: the fixed part plus room for NG_DNS_REC_Q1, Q2 or Q3 bytes,
+// the smallest that holds every byte the loader's decoder reads (name, its zero byte and qtype; up
+// to a bad byte; or to the end of the message). Whatever the size, the event decodes exactly as a
+// 128-byte capture of the message would.
+TEST_F(DnsParserTest, RecordSizeFollowsTheQuestion) {
+  constexpr size_t q1 = NG_DNS_REC_Q1, q2 = NG_DNS_REC_Q2, q3 = NG_DNS_REC_Q3;
+  // A dotted name of n characters in labels of at most 50: n + 2 wire bytes, n + 4 read.
+  auto dotted = [](size_t n) {
+    std::string out;
+    while (out.size() < n) {
+      if (!out.empty()) out += '.';
+      out += std::string(std::min<size_t>(50, n - out.size()),
+                         static_cast<char>('a' + out.size() % 26));
+    }
+    return out;
+  };
+  const std::string l63(63, 'a');
+  // More labels than the kernel hops over: the largest record, unless the message ends within the
+  // smallest (the query).
+  std::string labels17;
+  for (int i = 0; i < 17; i++) labels17 += i ? ".a" : "a";
+  Bytes pointer(1, 19);  // a 19-byte label, then a compression pointer: an error at byte 20
+  pointer.insert(pointer.end(), 19, 'p');
+  pointer.insert(pointer.end(), {0xC0, 0x0C});
+  struct Case {
+    std::string what;
+    Bytes name;
+    size_t room_query;     // the message ends with the question
+    size_t room_response;  // 200 more bytes follow it (answers)
+  };
+  const Case cases[] = {
+      {"short name", wireName("a.bc"), q1, q1},
+      {"root", wireName(""), q1, q1},
+      {"36 chars: reads 40, Q1 exactly", wireName(dotted(36)), q1, q1},
+      {"37 chars: one byte over Q1", wireName(dotted(37)), q2, q2},
+      {"100 chars: reads 104, Q2 exactly", wireName(dotted(100)), q2, q2},
+      {"101 chars: one byte over Q2", wireName(dotted(101)), q3, q3},
+      {"124 chars: the longest whose qtype is captured", wireName(dotted(124)), q3, q3},
+      {"125 chars: qtype past the capture", wireName(dotted(125)), q3, q3},
+      {"255-byte name", wireName(l63 + "." + l63 + "." + l63 + "." + std::string(61, 'b')), q3,
+       q3},
+      {"17 labels", wireName(labels17), q1, q3},
+      {"pointer at byte 20", pointer, q1, q1},
+  };
+  for (const auto& c : cases) {
+    DnsMsg q;
+    q.name = c.name;
+    q.qtype = 28;
+    const Bytes msg = q.bytes();
+    Bytes resp_msg = msg;
+    resp_msg[2] |= 0x80;
+    resp_msg.insert(resp_msg.end(), 200, 0xEE);
+    struct Variant {
+      std::string what;
+      FrameSpec spec;
+      const Bytes* msg;
+      size_t room;
+    };
+    const Variant variants[] = {
+        {"udp4 query", {}, &msg, c.room_query},
+        {"udp6 query", {.ipv6 = true}, &msg, c.room_query},
+        {"tcp4 query", {.tcp = true}, &msg, c.room_query},
+        {"udp4 response", {.sport = 53, .dport = 40000}, &resp_msg, c.room_response},
+    };
+    for (const auto& v : variants) {
+      SCOPED_TRACE(c.what + ", " + v.what);
+      auto recs = runRaw(buildFrame(v.spec, *v.msg));
+      ASSERT_EQ(recs.size(), 1u);
+      EXPECT_EQ(recs[0].size(), NG_DNS_REC_HEAD + v.room);
+      ng_dns_event ev;
+      ASSERT_TRUE(decodeRecord(recs[0].data(), recs[0].size(), ev));
+      const size_t rest = v.msg->size() - 12;
+      const auto want = decodeQuestion(v.msg->data() + 12, std::min<size_t>(rest, 128), rest);
+      EXPECT_STREQ(ev.qname, want.qname);
+      EXPECT_EQ(ev.qtype, want.qtype);
+      EXPECT_EQ(ev.flags & (NG_F_PARSE_ERR | NG_F_QNAME_TRUNC), want.flags);
+      EXPECT_EQ(ev.qrest, rest);
+      EXPECT_EQ(ev.dns_id, 0x1234);
+    }
+  }
+}
+
+// A question whose bytes end before its labels say (the frame was cut, the headers still claim the
+// whole message): the event is malformed, as before. What ends within the smallest record takes
+// it; a longer name cut by the end of the data takes the largest (the kernel does not know where it
+// would have ended); one whose zero byte is there but not its qtype is sized by the name.
+TEST_F(DnsParserTest, QuestionEndsBeforeItsClaimedLength) {
+  DnsMsg q;
+  q.name = wireName(std::string(49, 'x') + "." + std::string(50, 'y'));  // zero byte at 101
+  const Bytes full = buildFrame({}, q.bytes());
+  const size_t dns_start = 14 + 20 + 8;
+  const std::pair<size_t, size_t> cases[] = {
+      {3, NG_DNS_REC_Q1}, {40, NG_DNS_REC_Q1}, {41, NG_DNS_REC_Q3}, {101, NG_DNS_REC_Q3},
+      {102, NG_DNS_REC_Q2}, {103, NG_DNS_REC_Q2}};
+  for (auto [have, room] : cases) {
+    SCOPED_TRACE("question bytes in the frame: " + std::to_string(have));
+    Bytes cut(full.begin(), full.begin() + static_cast<long>(dns_start + 12 + have));
+    auto recs = runRaw(cut);
+    ASSERT_EQ(recs.size(), 1u);
+    EXPECT_EQ(recs[0].size(), NG_DNS_REC_HEAD + room);
+    ng_dns_event ev;
+    ASSERT_TRUE(decodeRecord(recs[0].data(), recs[0].size(), ev));
+    EXPECT_EQ(ev.flags & (NG_F_PARSE_ERR | NG_F_QNAME_TRUNC), NG_F_PARSE_ERR);
+    EXPECT_STREQ(ev.qname, "");
+    EXPECT_EQ(ev.qrest, have);
+  }
+  // A label that claims more bytes than the message has left.
+  DnsMsg lying;
+  lying.name = {20, 'a', 'b', 'c'};
+  Bytes m = lying.bytes();
+  m.resize(12 + 4);  // no zero byte, no qtype: the message ends inside the label
+  auto ev = runOne(buildFrame({}, m));
+  EXPECT_TRUE(ev.flags & NG_F_PARSE_ERR);
+  EXPECT_EQ(ev.qrest, 4);
 }
 
 TEST_F(DnsParserTest, RootName) {

@@ -186,32 +186,114 @@ TEST(DnsWire, CutMidLabelByTheCapture) {
   EXPECT_EQ(std::string(q2.qname), std::string(50, 'a') + "." + std::string(50, 'b') + ".");
 }
 
-TEST(DnsWire, EventIsDecodedInPlace) {
-  ng_dns_event ev{};
-  const Bytes w = wire({"kube-dns", "kube-system", "svc", "cluster", "local"}, 28);
-  std::memcpy(ev.qname, w.data(), w.size());
-  std::memset(ev.qname + w.size(), 0xAB, sizeof ev.qname - w.size());  // stale ring bytes
-  ev.qrest = static_cast<uint16_t>(w.size());
-  ev.flags = NG_F_QR | NG_F_PARSE_ERR;  // a stale parse flag must not survive
-  decodeEventQuestion(ev);
-  EXPECT_STREQ(ev.qname, "kube-dns.kube-system.svc.cluster.local");
-  EXPECT_EQ(ev.qtype, 28);
-  EXPECT_EQ(ev.flags, NG_F_QR);
-  EXPECT_EQ(ev.qrest, w.size());
+// A ring record as the kernel writes it: the event's fields up to qname, then `room` bytes of which
+// the first min(qrest, 128, room) are the captured question; the rest is whatever the ring held.
+Bytes record(const ng_dns_event& head, const Bytes& question, std::size_t room) {
+  Bytes r(NG_DNS_REC_HEAD + room, 0xAB);  // stale ring bytes
+  std::memcpy(r.data(), &head, NG_DNS_REC_HEAD);
+  std::memcpy(r.data() + NG_DNS_REC_HEAD, question.data(), std::min(room, question.size()));
+  return r;
+}
 
-  // qrest beyond the record: only the record's bytes are read.
-  ng_dns_event big{};
-  std::memset(big.qname, 1, sizeof big.qname);  // labels of one byte "\x01", never terminated
-  big.qrest = 0xFFFF;
-  decodeEventQuestion(big);
-  EXPECT_EQ(big.flags, NG_F_QNAME_TRUNC);
-  EXPECT_EQ(big.qtype, 0);
-  EXPECT_LT(std::strlen(big.qname), static_cast<std::size_t>(NG_DNS_QNAME_MAX));
+TEST(DnsWire, RecordIsDecoded) {
+  ng_dns_event head{};
+  head.ts_ns = 123456789;
+  head.netns_cookie = 42;
+  head.netns_ino = 4026531840u;
+  head.ifindex = 7;
+  head.kind = NG_EV_PACKET;
+  head.dir = NG_DIR_INGRESS;
+  head.saddr[0] = 10;
+  head.sport = 53;
+  head.dport = 40000;
+  head.dns_id = 0xBEEF;
+  head.flags = NG_F_QR | NG_F_TCP | NG_F_PARSE_ERR;  // a stale parse flag must not survive
+  head.rcode = 3;
+  head.hop = 9;  // never written by the kernel: the loader stamps it
+  head.pkt_len = 99;
+  const Bytes w = wire({"kube-dns", "kube-system", "svc"}, 28);  // fits the smallest record
+  head.qrest = static_cast<uint16_t>(w.size());
+  for (std::size_t room : {std::size_t{NG_DNS_REC_Q1}, std::size_t{NG_DNS_REC_Q2},
+                           std::size_t{NG_DNS_REC_Q3}}) {
+    SCOPED_TRACE("room=" + std::to_string(room));
+    const Bytes r = record(head, w, room);
+    ng_dns_event ev;
+    std::memset(&ev, 0x5A, sizeof ev);
+    ASSERT_TRUE(decodeRecord(r.data(), r.size(), ev));
+    EXPECT_STREQ(ev.qname, "kube-dns.kube-system.svc");
+    EXPECT_EQ(ev.qtype, 28);
+    EXPECT_EQ(ev.flags, NG_F_QR | NG_F_TCP);
+    EXPECT_EQ(ev.hop, 0);
+    EXPECT_EQ(ev.qrest, w.size());
+    EXPECT_EQ(ev.ts_ns, 123456789u);
+    EXPECT_EQ(ev.netns_cookie, 42u);
+    EXPECT_EQ(ev.netns_ino, 4026531840u);
+    EXPECT_EQ(ev.ifindex, 7u);
+    EXPECT_EQ(ev.kind, NG_EV_PACKET);
+    EXPECT_EQ(ev.dir, NG_DIR_INGRESS);
+    EXPECT_EQ(ev.saddr[0], 10);
+    EXPECT_EQ(ev.sport, 53);
+    EXPECT_EQ(ev.dport, 40000);
+    EXPECT_EQ(ev.dns_id, 0xBEEF);
+    EXPECT_EQ(ev.rcode, 3);
+    EXPECT_EQ(ev.pkt_len, 99);
+  }
+}
 
-  ng_dns_event none{};
-  none.qrest = 0;
-  decodeEventQuestion(none);
-  EXPECT_EQ(none.flags, NG_F_PARSE_ERR);
+TEST(DnsWire, RecordCarriesWhatItsSizeHolds) {
+  // The captured bytes are min(qrest, 128, room): a record too small for the question decodes as
+  // a capture cut there (which is why the kernel sizes records by what the decoder reads).
+  const std::string l50(50, 'x');
+  const Bytes w = wire({l50}, 16);  // 52 name bytes + qtype: the decoder reads 54
+  ng_dns_event head{};
+  head.qrest = static_cast<uint16_t>(w.size());
+  ng_dns_event ev;
+  Bytes small = record(head, w, NG_DNS_REC_Q1);
+  ASSERT_TRUE(decodeRecord(small.data(), small.size(), ev));
+  EXPECT_EQ(ev.flags, NG_F_QNAME_TRUNC);
+  EXPECT_EQ(std::string(ev.qname), std::string(NG_DNS_REC_Q1 - 1, 'x'));
+  EXPECT_EQ(ev.qtype, 0);
+  Bytes fits = record(head, w, NG_DNS_REC_Q2);
+  ASSERT_TRUE(decodeRecord(fits.data(), fits.size(), ev));
+  EXPECT_EQ(ev.flags, 0);
+  EXPECT_EQ(std::string(ev.qname), l50);
+  EXPECT_EQ(ev.qtype, 16);
+
+  // The largest record is padded past the 128-byte capture: its padding is never read.
+  const std::string l63(63, 'a');
+  const Bytes big = wire({l63, l63, l63, std::string(61, 'b')}, 33);
+  head.qrest = static_cast<uint16_t>(big.size());
+  Bytes padded = record(head, big, NG_DNS_REC_Q3);
+  std::fill(padded.begin() + NG_DNS_REC_HEAD + NG_DNS_QNAME_MAX, padded.end(), 0);
+  ASSERT_TRUE(decodeRecord(padded.data(), padded.size(), ev));
+  auto cap = decodeCaptured(big, NG_DNS_QNAME_MAX);
+  EXPECT_EQ(ev.flags, cap.flags);
+  EXPECT_STREQ(ev.qname, cap.qname);
+  EXPECT_EQ(ev.qtype, 0);
+
+  // qrest past the record: only the record's bytes are read ("\x01" labels, never terminated).
+  head.qrest = 0xFFFF;
+  Bytes ones = record(head, Bytes(NG_DNS_REC_Q1, 1), NG_DNS_REC_Q1);
+  ASSERT_TRUE(decodeRecord(ones.data(), ones.size(), ev));
+  EXPECT_EQ(ev.flags, NG_F_QNAME_TRUNC);
+  EXPECT_EQ(ev.qtype, 0);
+  EXPECT_LT(std::strlen(ev.qname), static_cast<std::size_t>(NG_DNS_REC_Q1));
+
+  // Nothing captured (the kernel says so with qrest 0): a parse error.
+  head.qrest = 0;
+  Bytes none = record(head, {}, NG_DNS_REC_Q1);
+  ASSERT_TRUE(decodeRecord(none.data(), none.size(), ev));
+  EXPECT_EQ(ev.flags, NG_F_PARSE_ERR);
+
+  // Shorter than the fixed part: not one of our records.
+  EXPECT_FALSE(decodeRecord(none.data(), NG_DNS_REC_HEAD - 1, ev));
+  EXPECT_FALSE(decodeRecord(nullptr, 0, ev));
+  // The fixed part alone is a record without question bytes.
+  head.qrest = 20;
+  Bytes bare = record(head, {}, 0);
+  ASSERT_TRUE(decodeRecord(bare.data(), bare.size(), ev));
+  EXPECT_EQ(ev.flags, NG_F_QNAME_TRUNC);
+  EXPECT_STREQ(ev.qname, "");
 }
 
 }  // namespace

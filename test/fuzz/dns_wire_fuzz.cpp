@@ -1,11 +1,13 @@
-// Decoder of the raw DNS question the BPF tracer captures (bpf/dns_wire.cpp). The first input byte
-// picks how much of the message the "capture" holds (as the kernel's min(rest, 128) would, and
-// larger, which the decoder must also survive); the rest is the message after its header. The
-// output must always be a NUL-terminated name within the record and only the two question flags.
+// Decoder of the ring records the BPF tracer writes and of the raw DNS question in them
+// (bpf/dns_wire.cpp). The first input byte picks how much of the message the "capture" holds (as
+// the kernel's record size would, and larger, which the decoder must also survive); the rest is the
+// message after its header. The output must always be a NUL-terminated name within the record and
+// only the two question flags, and a ring record must decode as its captured bytes do.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "dns_wire.h"
 
@@ -23,12 +25,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // With the whole message there, only a name longer than the record can be truncated.
   if (cap == rest && (q.flags & NG_F_QNAME_TRUNC) && rest <= NG_DNS_QNAME_MAX) std::abort();
 
-  // The in-place form, on a record as the ring delivers it.
+  // A ring record with room for data[0] question bytes, as many of them filled as the message has.
+  const std::size_t room = data[0];
+  std::vector<std::uint8_t> rec(NG_DNS_REC_HEAD + room, 0xA5);
+  ng_dns_event head;
+  std::memset(&head, 0x5A, sizeof head);
+  head.qrest = static_cast<std::uint16_t>(rest > 0xFFFF ? 0xFFFF : rest);
+  std::memcpy(rec.data(), &head, NG_DNS_REC_HEAD);
+  std::memcpy(rec.data() + NG_DNS_REC_HEAD, msg, room < rest ? room : rest);
   ng_dns_event ev;
-  std::memset(&ev, 0xA5, sizeof ev);
-  std::memcpy(ev.qname, msg, cap < sizeof ev.qname ? cap : sizeof ev.qname);
-  ev.qrest = static_cast<std::uint16_t>(rest > 0xFFFF ? 0xFFFF : rest);
-  nodegate::dns::decodeEventQuestion(ev);
+  if (!nodegate::dns::decodeRecord(rec.data(), rec.size(), ev)) std::abort();
   if (std::memchr(ev.qname, '\0', sizeof ev.qname) == nullptr) std::abort();
+  std::size_t captured = room < head.qrest ? room : head.qrest;
+  if (captured > NG_DNS_QNAME_MAX) captured = NG_DNS_QNAME_MAX;
+  const auto same = decodeQuestion(msg, captured, head.qrest);
+  if (std::strcmp(same.qname, ev.qname) != 0 || same.qtype != ev.qtype) std::abort();
+  if ((ev.flags & (NG_F_PARSE_ERR | NG_F_QNAME_TRUNC)) != same.flags) std::abort();
+  if (ev.hop != 0 || ev.dns_id != head.dns_id || ev.ts_ns != head.ts_ns) std::abort();
+  // Shorter than the fixed part is refused, never read past.
+  if (nodegate::dns::decodeRecord(rec.data(), NG_DNS_REC_HEAD - 1, ev)) std::abort();
   return 0;
 }
