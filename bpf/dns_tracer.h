@@ -38,13 +38,13 @@ struct TracerOptions {
   // each of 4 traced devices = 200k events/s (the most this 2-vCPU machine's dnsperf drove through
   // the bench topology was ~170k/s); poll 10 ms; a record is 128 B for a name of up to 36
   // characters (192 or 256 B for longer ones, bpf/dns_event.h). In flight per poll: 200k × 0.010 ×
-  // 128 B = 256 KB. 256 KiB holds one poll of that peak, and the program forces a wakeup at half
-  // full (128 KiB, every ~5 ms at the peak), so the poll thread drains it early. Measured
-  // (docs/benchmarks/dns-bpf.md, "Ring size 256 KiB"): no loss up to ~192k DNS packets/s; at
-  // ~288k, 0 to 222 of 1.5M events lost. The ring is mapped into the agent twice over (the data
-  // pages are mapped a second time for wrap-around reads) while a device is attached, so every
-  // KiB here is 2 KiB of the agent's RSS then: 256 KiB costs 512 KiB.
-  std::size_t ring_bytes = 1u << 18;
+  // 128 B = 256 KB. The agent's poll thread also correlates what it drains (~2 µs an event), so
+  // its polls run late under load: 512 KiB lost nothing at 120k events/s in the agent where
+  // 256 KiB lost 2 % (docs/benchmarks/dns-bpf.md, "Ring size 256 KiB, tried"), and nothing up
+  // to ~288k DNS packets/s with the bench's bare consumer. The program forces a wakeup at half full.
+  // The ring is mapped into the agent twice over (the data pages are mapped a second time for
+  // wrap-around reads) while a device is attached: 512 KiB costs 1 MiB of RSS then.
+  std::size_t ring_bytes = 1u << 19;
   // How often the poll thread drains the ring; the BPF side does not wake user space per event
   // (BPF_RB_NO_WAKEUP) and forces a wakeup only when the ring is half full.
   std::chrono::milliseconds poll_interval{10};
