@@ -253,6 +253,17 @@ DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string
     if (launcher) ++res.launchers;
   }
   res.devices = assignHops(views);
+  // A --dns-netns that yields no hop is a wrong path or not a shape discovery knows: say so rather
+  // than trace nothing in silence.
+  for (const auto& v : views) {
+    if (v.role != NetnsRole::Extra) continue;
+    bool traced = false;
+    for (const auto& d : res.devices) traced |= d.netns_ino == v.ino;
+    if (!traced)
+      res.errors.push_back("--dns-netns " + v.path +
+                           ": nothing to trace there (no k6t-* bridge of a launcher, no eth0 veth "
+                           "into a netns that is traced, no veth peer of a launcher's eth0)");
+  }
   for (const auto& v : views)
     if (v.role == NetnsRole::DnsServer)
       for (const auto& d : res.devices)

@@ -94,6 +94,18 @@ TEST_F(RealNetns, DiscoverHopsThroughExtraNetns) {
   EXPECT_NE(*self_before, *ino);
 }
 
+// A --dns-netns with nothing discovery can place (here the host side without its launcher) is
+// reported by path, not traced in silence.
+TEST_F(RealNetns, AnExtraNetnsWithNothingToTraceIsReported) {
+  HostRoot host("/nonexistent-no-launcher-processes");
+  const std::string path = "/run/netns/" + host_;
+  auto r = discoverHops(host, {path});
+  EXPECT_TRUE(r.devices.empty());
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_NE(r.errors[0].find("--dns-netns " + path + ": nothing to trace"), std::string::npos)
+      << r.errors[0];
+}
+
 // A DNS server pod as the agent meets it: a DNS server process in a netns whose eth0 is a veth
 // into the node's own netns (here: this test's netns), with the pod IP on it. No --dns-netns.
 // The process is not called coredns but after the test (tag_): agents of other tests running at
