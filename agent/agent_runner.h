@@ -102,8 +102,8 @@ class Runner {
   std::vector<std::shared_ptr<Worker>> workers_;
   std::vector<std::shared_ptr<Publisher>> publishers_;
   // Used by the loop thread only. A member, not a thread_local: a thread_local's 5 KB of state
-  // would be in the static TLS block that every one of the agent's ~60 threads zeroes and keeps
-  // resident (one more page each, ~0.25 MiB), though only this thread draws from it.
+  // would be in the static TLS block that every one of the agent's threads zeroes and keeps
+  // resident (one more page each), though only this thread draws from it.
   std::mt19937 jitter_rng_{std::random_device{}()};
 
   mutable std::mutex mu_;  // guards everything below

@@ -465,6 +465,18 @@ __noinline int ng_question_need(struct __sk_buff *skb, __u32 qoff)
   return NG_DNS_QNAME_MAX;
 }
 
+/* A record with room for `cap` question bytes (a constant at every call, so the reservation's
+ * size is one too), the question copied in; NULL when the ring is full. */
+static __always_inline struct ng_dns_event *ng_reserve(const struct ng_src *s, __u32 qoff,
+                                                       __u32 avail, const __u32 cap)
+{
+  struct ng_dns_event *ev = bpf_ringbuf_reserve(&ng_events, NG_DNS_REC_HEAD + cap, 0);
+
+  if (ev)
+    ng_question(s, qoff, avail, ev, cap);
+  return ev;
+}
+
 /* Envelope of one event: where it was seen. */
 struct ng_where {
   __u64 netns_cookie;
@@ -503,19 +515,12 @@ static __always_inline void ng_emit(const struct ng_src *s, const struct ng_meta
   __u32 need = avail <= NG_DNS_REC_Q1 ? avail
                : s->kern              ? NG_DNS_QNAME_MAX
                                       : (__u32)ng_question_need(s->skb, qoff);
-  if (need <= NG_DNS_REC_Q1) {
-    ev = bpf_ringbuf_reserve(&ng_events, NG_DNS_REC_HEAD + NG_DNS_REC_Q1, 0);
-    if (ev)
-      ng_question(s, qoff, avail, ev, NG_DNS_REC_Q1);
-  } else if (need <= NG_DNS_REC_Q2) {
-    ev = bpf_ringbuf_reserve(&ng_events, NG_DNS_REC_HEAD + NG_DNS_REC_Q2, 0);
-    if (ev)
-      ng_question(s, qoff, avail, ev, NG_DNS_REC_Q2);
-  } else {
-    ev = bpf_ringbuf_reserve(&ng_events, NG_DNS_REC_HEAD + NG_DNS_REC_Q3, 0);
-    if (ev)
-      ng_question(s, qoff, avail, ev, NG_DNS_REC_Q3);
-  }
+  if (need <= NG_DNS_REC_Q1)
+    ev = ng_reserve(s, qoff, avail, NG_DNS_REC_Q1);
+  else if (need <= NG_DNS_REC_Q2)
+    ev = ng_reserve(s, qoff, avail, NG_DNS_REC_Q2);
+  else
+    ev = ng_reserve(s, qoff, avail, NG_DNS_REC_Q3);
   if (!ev) {
     ng_count(NG_STAT_LOST);
     return;

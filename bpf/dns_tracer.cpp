@@ -177,15 +177,21 @@ struct DnsTracer::Impl {
     rb = nullptr;
   }
 
+  // The kfree_skb link, or null after a warning: packets are still traced then, only the reason
+  // for a lost query goes missing.
+  static bpf_link* attachDrops(bpf_program* prog) {
+    bpf_link* link = bpf_program__attach(prog);
+    if (link == nullptr)
+      log::warn("dns tracer: drop reasons off",
+                {{"reason", "failed to attach to skb:kfree_skb: " + std::string(std::strerror(errno))}});
+    return link;
+  }
+
   // Called with mu held whenever attachments changed: tracing is on while any device is attached.
   void setActive() {
     const bool on = !attachments.empty();
     if (on && drops && drop_link == nullptr) {
-      drop_link = bpf_program__attach(drop_prog);
-      // Packets are still traced; only the reason for a lost query goes missing.
-      if (drop_link == nullptr)
-        log::warn("dns tracer: drop reasons off",
-                  {{"reason", "failed to attach to skb:kfree_skb: " + std::string(std::strerror(errno))}});
+      drop_link = attachDrops(drop_prog);
     } else if (!on && drop_link != nullptr) {
       bpf_link__destroy(drop_link);
       drop_link = nullptr;
@@ -321,11 +327,8 @@ Result<std::unique_ptr<DnsTracer>> DnsTracer::open(const TracerOptions& opts) {
   // The kfree_skb link comes and goes with the attached devices (Impl::setActive); one attach here
   // finds out now whether the kernel allows it at all, so dropsAvailable() is true from the start.
   if (impl->drop_prog != nullptr) {
-    bpf_link* probe = bpf_program__attach(impl->drop_prog);
+    bpf_link* probe = Impl::attachDrops(impl->drop_prog);
     if (probe == nullptr) {
-      log::warn(
-          "dns tracer: drop reasons off",
-          {{"reason", "failed to attach to skb:kfree_skb: " + std::string(std::strerror(errno))}});
       impl->drops = false;
       impl->drop_prog = nullptr;
     }
