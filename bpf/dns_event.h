@@ -34,7 +34,11 @@
  *   min(qrest, NG_DNS_QNAME_MAX, record size - NG_DNS_REC_HEAD) question bytes; the loader rebuilds
  *   the full struct (bpf/dns_wire.h, decodeRecord()) and the decoded fields are exactly what the
  *   128-byte capture gave, so nothing changes for users. Drop events use the same rule. On the
- *   ring, hop and qtype are no longer written (stale bytes): decodeRecord() sets both. */
+ *   ring, hop and qtype are no longer written (stale bytes): decodeRecord() sets both.
+ * - 2026-11-30 (round 5) tc events: netns_cookie is no longer read by the BPF side (a cold line of
+ *   struct net per packet); the loader fills it in on delivery from its attachment of the device
+ *   (SO_NETNS_COOKIE, taken in the device's netns at attach time). Same value for attached
+ *   devices; 0 for a device the loader did not attach (BPF_PROG_TEST_RUN runs). No field moved. */
 #ifndef NODEGATE_DNS_EVENT_H
 #define NODEGATE_DNS_EVENT_H
 
@@ -84,7 +88,9 @@ enum ng_dns_dir {
 
 struct ng_dns_event {
   __u64 ts_ns;          /* bpf_ktime_get_ns() */
-  __u64 netns_cookie;   /* bpf_get_netns_cookie() where available, else 0 */
+  __u64 netns_cookie;   /* the netns cookie (SO_NETNS_COOKIE) where known, else 0: tc events get
+                           it from the loader's table of attached devices, drop events from
+                           struct net */
   __u32 netns_ino;      /* inode of the skb's device netns (matches /proc/PID/ns/net) */
   __u32 ifindex;
   __u32 drop_reason;    /* NG_EV_DROP: enum skb_drop_reason value, decoded by name in user space */

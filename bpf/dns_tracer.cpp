@@ -8,6 +8,7 @@
 #include <net/if.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -119,10 +120,15 @@ struct DnsTracer::Impl {
   // consumes touches it (consume() and the poll thread are never mixed).
   ring_buffer* rb = nullptr;
 
-  // Hop per device, stamped into each event on the poll thread: a lookup per event here instead
-  // of a hash lookup per packet in the kernel.
+  // Per device, stamped into each event on the poll thread: the hop, and for tc events the netns
+  // cookie. A lookup per event here instead of a hash lookup (hop) or a cold line of struct net
+  // (cookie) per packet in the kernel.
+  struct DeviceStamp {
+    uint8_t hop = 0;
+    uint64_t netns_cookie = 0;  // 0 until attach() has seen the device's netns
+  };
   mutable std::mutex hop_mu;
-  std::map<AttachKey, uint8_t> hops;
+  std::map<AttachKey, DeviceStamp> hops;
 
   // The ring buffer callback has no per-call context; the consumer in charge sets this first.
   const EventCallback* sink = nullptr;
@@ -147,8 +153,9 @@ struct DnsTracer::Impl {
       std::lock_guard lock(self->hop_mu);
       auto it = self->hops.find({ev.netns_ino, static_cast<int>(ev.ifindex)});
       if (it != self->hops.end()) {
-        ev.hop = it->second;
+        ev.hop = it->second.hop;
         ev.flags |= NG_F_HOP_SET;
+        if (ev.kind == NG_EV_PACKET) ev.netns_cookie = it->second.netns_cookie;
       }
     }
     self->delivered.fetch_add(1, std::memory_order_relaxed);
@@ -243,6 +250,18 @@ Result<uint64_t> statInode(const std::string& path) {
   return static_cast<uint64_t>(st.st_ino);
 }
 
+// The calling thread's netns cookie (SO_NETNS_COOKIE, Linux 5.14), 0 where the kernel has none:
+// the event field it fills is informational.
+uint64_t ownNetnsCookie() {
+  uint64_t cookie = 0;
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  socklen_t len = sizeof cookie;
+  if (::getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &len) != 0) cookie = 0;
+  ::close(fd);
+  return cookie;
+}
+
 bool isPowerOfTwo(std::size_t v) {
   return v != 0 && (v & (v - 1)) == 0;
 }
@@ -304,7 +323,6 @@ Result<std::unique_ptr<DnsTracer>> DnsTracer::open(const TracerOptions& opts) {
     impl->skel = ng_dns_tracer_bpf__open();
     if (impl->skel == nullptr) return libbpfError(errno, "open dns tracer bpf object");
     // Half full is the point where a 10 ms poll might not be soon enough: wake the reader early.
-    impl->skel->rodata->cfg_wakeup_bytes = static_cast<uint32_t>(opts.ring_bytes / 2);
     if (int err = bpf_map__set_max_entries(impl->skel->maps.ng_events,
                                            static_cast<uint32_t>(opts.ring_bytes)))
       return libbpfError(err, "size dns ring buffer");
@@ -360,6 +378,7 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
     Attachment a;
     a.netns_path = target.netns_path;
     a.info.netns_ino = *ino;
+    a.info.netns_cookie = ownNetnsCookie();
     a.info.ifindex = target.ifindex;
     a.info.hop = target.hop;
     if (impl_->attachments.count({*ino, target.ifindex}) != 0) return a;  // already attached
@@ -407,6 +426,11 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
 
   Attachment a = std::move(made.value());
   if (auto r = setHop(a.info.netns_ino, target.ifindex, target.hop); !r) return r.error();
+  {
+    std::lock_guard hl(impl_->hop_mu);
+    impl_->hops[{static_cast<uint32_t>(a.info.netns_ino), target.ifindex}].netns_cookie =
+        a.info.netns_cookie;
+  }
   const AttachKey key{a.info.netns_ino, target.ifindex};
   auto it = impl_->attachments.find(key);
   if (it != impl_->attachments.end()) {
@@ -505,7 +529,7 @@ Result<void> DnsTracer::setHop(uint64_t netns_ino, int ifindex, uint8_t hop) {
   if (impl_->hops.size() >= NG_HOPS_MAX && impl_->hops.count(key) == 0)
     return Error{ENOSPC, "failed to set dns hop for ifindex " + std::to_string(ifindex) + ": " +
                              std::to_string(NG_HOPS_MAX) + " devices already have one"};
-  impl_->hops[key] = hop;
+  impl_->hops[key].hop = hop;
   return {};
 }
 

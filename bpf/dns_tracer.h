@@ -66,7 +66,8 @@ struct AttachTarget {
 };
 
 struct AttachmentInfo {
-  uint64_t netns_ino = 0;  // st_ino of the netns file == ng_dns_event::netns_ino
+  uint64_t netns_ino = 0;     // st_ino of the netns file == ng_dns_event::netns_ino
+  uint64_t netns_cookie = 0;  // == ng_dns_event::netns_cookie of its tc events; 0 if unknown
   int ifindex = 0;
   uint8_t hop = 0;
   bool created_qdisc = false;  // we created clsact and will remove it on detach
@@ -91,7 +92,7 @@ class DnsTracer {
  public:
   using EventCallback = std::function<void(const ng_dns_event&)>;
 
-  // Opens, configures (rodata) and loads the skeleton and starts nothing yet.
+  // Opens, sizes the ring and loads the skeleton; starts nothing yet.
   static Result<std::unique_ptr<DnsTracer>> open(const TracerOptions& opts = {});
   ~DnsTracer();
   DnsTracer(const DnsTracer&) = delete;

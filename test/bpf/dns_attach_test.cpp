@@ -2,6 +2,8 @@
 // inside each through its netns file, real DNS queries sent with dig, and real kernel drops
 // (no socket on port 53; an nftables drop rule) reported with their reason names from BTF.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -143,6 +145,8 @@ TEST_F(DnsAttachTest, SeesQueryOnBothEndsAndTheNoSocketDrop) {
   ASSERT_TRUE(at_b.ok()) << at_b.error().message;
   EXPECT_EQ(at_a->netns_ino, ino_a_);
   EXPECT_TRUE(at_a->created_qdisc);
+  EXPECT_NE(at_a->netns_cookie, 0u);
+  EXPECT_NE(at_a->netns_cookie, at_b->netns_cookie);
   EXPECT_NE(
       capture("tc -n " + net_->a + " filter show dev " + net_->dev_a + " egress").find("ng_tc"),
       std::string::npos);
@@ -161,6 +165,7 @@ TEST_F(DnsAttachTest, SeesQueryOnBothEndsAndTheNoSocketDrop) {
   EXPECT_EQ(out->ifindex, static_cast<uint32_t>(net_->ifindex_a));
   EXPECT_EQ(out->hop, 3);
   EXPECT_TRUE(out->flags & NG_F_HOP_SET);
+  EXPECT_EQ(out->netns_cookie, at_a->netns_cookie);  // stamped by the loader
   EXPECT_EQ(out->dport, 53);
   EXPECT_EQ(formatAddress(*out, true), "10.77.0.1");
   EXPECT_EQ(formatAddress(*out, false), "10.77.0.2");
@@ -171,6 +176,7 @@ TEST_F(DnsAttachTest, SeesQueryOnBothEndsAndTheNoSocketDrop) {
   ASSERT_NE(in, nullptr) << "no ingress event on the server's veth";
   EXPECT_EQ(in->ifindex, static_cast<uint32_t>(net_->ifindex_b));
   EXPECT_EQ(in->hop, 4);
+  EXPECT_EQ(in->netns_cookie, at_b->netns_cookie);
   EXPECT_EQ(in->dns_id, out->dns_id);
   EXPECT_GE(in->ts_ns, out->ts_ns);
 
@@ -179,6 +185,8 @@ TEST_F(DnsAttachTest, SeesQueryOnBothEndsAndTheNoSocketDrop) {
   EXPECT_EQ(tracer_->dropReasonName(drop->drop_reason), "NO_SOCKET");
   EXPECT_EQ(drop->ifindex, static_cast<uint32_t>(net_->ifindex_b));
   EXPECT_EQ(drop->hop, 4);
+  // Read by the kernel from struct net: the same cookie the loader took with SO_NETNS_COOKIE.
+  EXPECT_EQ(drop->netns_cookie, at_b->netns_cookie);
   EXPECT_EQ(drop->dns_id, out->dns_id);
   EXPECT_EQ(tracer_->stats().events_lost, 0u);
 }
@@ -563,6 +571,53 @@ TEST_F(DnsAttachTest, PollThreadDeliversEvents) {
   tracer_->stop();
   EXPECT_GE(seen.load(), 1);
   EXPECT_GE(tracer_->stats().events, 1u);
+}
+
+// The program wakes the poll thread when the ring is half full, so a burst is drained long before
+// the poll interval; below half, events wait for the next poll. Ring of one page, poll every 5 s:
+// 4 queries (8 events of 128 B, a quarter of the ring) are not delivered at once, 12 more pass
+// half and are.
+TEST_F(DnsAttachTest, HalfFullRingWakesThePollThread) {
+  tracer_.reset();
+  auto t = DnsTracer::open({.ring_bytes = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)),
+                            .poll_interval = std::chrono::seconds(5),
+                            .trace_drops = false});
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  tracer_ = std::move(t.value());
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok());
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->b), .ifindex = net_->ifindex_b}).ok());
+  // The poll thread inherits this mask. Unblocked there, the SIGCHLD of each sh() below (blocked
+  // in this thread by system()) would interrupt its epoll_wait, and the EINTR drains the ring.
+  sigset_t chld, old_mask;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &chld, &old_mask);
+  std::atomic<int> seen{0};
+  const bool started = tracer_->start([&](const ng_dns_event&) { seen++; }).ok();
+  const auto t0 = std::chrono::steady_clock::now();
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  ASSERT_TRUE(started);
+  // Concurrent digs: nothing answers, so each one waits its second out.
+  auto burst = [&](const std::string& prefix, int n) {
+    sh("ip netns exec " + net_->a + " sh -c 'for i in $(seq " + std::to_string(n) +
+       "); do dig +tries=1 +time=1 @10.77.0.2 " + prefix + "$i.nodegate.test >/dev/null & done; wait'");
+  };
+  burst("quarter", 4);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(seen.load(), 0) << "events delivered before the ring was half full";
+  ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(4))
+      << "too slow to tell a wakeup from the 5 s poll";
+  burst("half", 12);
+  for (int i = 0; i < 100 && seen.load() == 0; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const int delivered = seen.load();
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  tracer_->stop();
+  EXPECT_GE(delivered, 16) << "no forced wakeup: events wait for the poll";
+  EXPECT_LT(waited, std::chrono::milliseconds(4500)) << "too slow to tell a wakeup from the poll";
+  EXPECT_EQ(tracer_->stats().events_lost, 0u);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #
 #   sudo tools/bench/bpf-cost.sh [BUILD_DIR] [SECONDS_PER_PHASE] [REPEATS] [REF_BENCH]
 #   sudo MODE=loss tools/bench/bpf-cost.sh [BUILD_DIR] [SECONDS_PER_PHASE] [REPEATS]
+#   sudo PHASES="dnsperf_10000 blast_25000" tools/bench/bpf-cost.sh [BUILD_DIR] [SECS] [REPEATS] [REF]
 #
 # Topology (all traffic stays inside two namespaces of our own): client netns 10.78.0.1 --veth--
 # server netns 10.78.0.2 running dnsmasq (authoritative for bench.test, no upstream). The tracer
@@ -162,22 +163,27 @@ prog_sizes() {
 }
 
 echo "# kernel $(uname -r), $(nproc) CPUs, $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
-prog_sizes this "$BUILD/bpf/dns_tracer.bpf.o"
-[ -n "$REF_BENCH" ] && prog_sizes ref "$(dirname "$REF_BENCH")/../../bpf/dns_tracer.bpf.o"
-echo "# test-run (BPF_PROG_TEST_RUN, ns per run; this build, then REF_BENCH if given):"
-"$BENCH" test-run 2>/dev/null
-[ -n "$REF_BENCH" ] && "$REF_BENCH" test-run 2>/dev/null
+if [ -z "${PHASES:-}" ]; then
+  prog_sizes this "$BUILD/bpf/dns_tracer.bpf.o"
+  [ -n "$REF_BENCH" ] && prog_sizes ref "$(dirname "$REF_BENCH")/../../bpf/dns_tracer.bpf.o"
+  echo "# test-run (BPF_PROG_TEST_RUN, ns per run; this build, then REF_BENCH if given):"
+  "$BENCH" test-run 2>/dev/null
+  [ -n "$REF_BENCH" ] && "$REF_BENCH" test-run 2>/dev/null
+fi
 
+# PHASES="dnsperf_10000 blast_25000" runs only those phases of each set, without the sizes, the
+# test-run loop and the 64 KiB ring peak: for comparing diagnostic builds on the phases in question.
+want() { [ -z "${PHASES:-}" ] || [[ " $PHASES " == *" $1 "* ]]; }
 run_set() {  # $1 = label, $2 = driver binary
   BUILD_LABEL=$1
   start_driver $((1 << 20)) "$2"
-  phase idle sleep "$SECS"
-  phase dnsperf_10000 dnsload 10000
-  phase dnsperf_max dnsload 0
+  if want idle; then phase idle sleep "$SECS"; fi
+  if want dnsperf_10000; then phase dnsperf_10000 dnsload 10000; fi
+  if want dnsperf_max; then phase dnsperf_max dnsload 0; fi
   for rate in 25000 50000 75000 100000; do
-    phase "blast_$rate" blast "$rate"
+    if want "blast_$rate"; then phase "blast_$rate" blast "$rate"; fi
   done
-  phase non_dns_udp_flood udpflood
+  if want non_dns_udp_flood; then phase non_dns_udp_flood udpflood; fi
   stop_driver
 }
 
@@ -202,6 +208,7 @@ for r in $(seq 1 "$REPEATS"); do
   run_set this "$BENCH"
 done
 [ "${MODE:-full}" = loss ] && exit 0
+[ -n "${PHASES:-}" ] && exit 0
 
 # The peak with a 64 KiB ring: what an undersized ring loses.
 BUILD_LABEL=this
