@@ -18,7 +18,7 @@ PHASE=${2:-dnsperf_10000}
 SECS=${3:-12}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 for t in perf objdump bpftool jq python3; do
-  command -v "$t" >/dev/null || { echo "missing $t (tools/install-deps.sh)" >&2; exit 2; }
+  command -v "$t" >/dev/null || { echo "missing $t (apt-get install linux-perf binutils bpftool jq)" >&2; exit 2; }
 done
 OUT=$(mktemp -d /tmp/ngprof.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
