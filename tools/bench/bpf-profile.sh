@@ -8,8 +8,8 @@
 # PHASE is one of bpf-cost.sh's (default dnsperf_10000). Reading the offsets: a sample lands on the
 # instruction after the one that stalled (a timer interrupt is taken once that one retires), so a
 # load that misses the cache shows up as samples on its successor. Samples taken while interrupts
-# are off (the ring buffer's spinlock) are charged to the point where they come back on
-# (`*_spin_unlock*`). bpftool here is built without libbfd, so the JITed image is read with
+# are off (the ring buffer's spinlock) are charged to the point where they come back on (a
+# `*spin_unlock*`, shared with the rest of the kernel, so not listed). bpftool here is built without libbfd, so the JITed image is read with
 # BPF_OBJ_GET_INFO_BY_FD and disassembled with objdump.
 set -euo pipefail
 
@@ -57,7 +57,8 @@ objdump -D -b binary -mi386:x86-64 "$OUT/jited.bin" | awk -F'\t' '/^ +[0-9a-f]+:
 perf script -i "$OUT/perf.data" -F ip,sym,symoff 2>/dev/null >"$OUT/samples.txt"
 echo "# samples in the program and the kernel code it calls"
 awk '{print $2}' "$OUT/samples.txt" | sed 's/+0x[0-9a-f]*$//' |
-  grep -E '_ng_tc$|ng_question_need|ringbuf|ktime|spin_unlock|cls_bpf' | sort | uniq -c | sort -rn
+  grep -E '_ng_tc$|ng_question_need|ringbuf|bpf_ktime|ktime_get_mono_fast_ns|cls_bpf' |
+  sort | uniq -c | sort -rn
 echo "# samples inside ng_tc by offset (the instruction there; the stalled one is just before it)"
 grep -o '_ng_tc+0x[0-9a-f]*' "$OUT/samples.txt" | sed 's/.*+0x//' | sort | uniq -c | sort -rn |
   head -20 | while read -r count off; do
