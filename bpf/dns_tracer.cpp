@@ -322,7 +322,8 @@ Result<std::unique_ptr<DnsTracer>> DnsTracer::open(const TracerOptions& opts) {
     const bool use_btf = impl->drops && attempt == 0 && !opts.drops_via_raw_tp;
     impl->skel = ng_dns_tracer_bpf__open();
     if (impl->skel == nullptr) return libbpfError(errno, "open dns tracer bpf object");
-    // Half full is the point where a 10 ms poll might not be soon enough: wake the reader early.
+    // The program wakes the reader early once half of this waits (ng_emit()): past that point a
+    // 10 ms poll might not be soon enough.
     if (int err = bpf_map__set_max_entries(impl->skel->maps.ng_events,
                                            static_cast<uint32_t>(opts.ring_bytes)))
       return libbpfError(err, "size dns ring buffer");
