@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
@@ -646,8 +647,17 @@ int DnsTracer::dropProgFd() const {
 std::string formatAddress(const ng_dns_event& ev, bool source) {
   const uint8_t* a = source ? ev.saddr : ev.daddr;
   char buf[INET6_ADDRSTRLEN] = {};
-  if (inet_ntop((ev.flags & NG_F_IPV6) ? AF_INET6 : AF_INET, a, buf, sizeof buf) == nullptr)
-    return {};
+  if (!(ev.flags & NG_F_IPV6)) {
+    // The agent formats both addresses of every event; glibc's inet_ntop() does IPv4 through
+    // sprintf(), which was a fifth of the poll thread's time under load.
+    char* p = buf;
+    for (int i = 0; i < 4; i++) {
+      if (i > 0) *p++ = '.';
+      p = std::to_chars(p, buf + sizeof buf, a[i]).ptr;
+    }
+    return std::string(buf, p);
+  }
+  if (inet_ntop(AF_INET6, a, buf, sizeof buf) == nullptr) return {};
   return buf;
 }
 

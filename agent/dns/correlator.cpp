@@ -338,9 +338,10 @@ void Correlator::finish(std::uint64_t seq, Verdict v, std::uint64_t now_ns) {
   auto node = in_flight_.extract(seq);
   if (node.empty()) return;
   QueryTrace t = std::move(node.mapped());
-  auto& seqs = by_key_[keyOf(t)];
+  const Key key = keyOf(t);
+  auto& seqs = by_key_[key];
   seqs.erase(std::remove(seqs.begin(), seqs.end(), seq), seqs.end());
-  if (seqs.empty()) by_key_.erase(keyOf(t));
+  if (seqs.empty()) by_key_.erase(key);
 
   t.done_ns = now_ns;
   if (v == Verdict::InFlight)

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
@@ -103,10 +104,34 @@ struct Metrics {
   prometheus::Counter& lost;
   prometheus::Family<prometheus::Counter>& evictions;
   prometheus::Gauge& attached;
+
+  // prometheus-cpp's Family::Add() builds a new metric on every call (a histogram with all its
+  // buckets) and discards it when the labels exist; per finished query and hop that was the
+  // largest part of accounting. These look each label set up once. Nothing here ever removes a
+  // metric from its family, so the references stay valid.
+  prometheus::Histogram& latencyAt(Hop hop);
+  prometheus::Counter& queriesOf(const std::string& ns, const std::string& vmi, Verdict v);
+
+ private:
+  std::map<Hop, prometheus::Histogram*> latency_by_hop_;
+  std::map<std::tuple<std::string, std::string, Verdict>, prometheus::Counter*> queries_by_key_;
 };
 
 const prometheus::Histogram::BucketBoundaries kLatencyBuckets{
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+
+prometheus::Histogram& Metrics::latencyAt(Hop hop) {
+  auto& h = latency_by_hop_[hop];
+  if (h == nullptr) h = &latency.Add({{"hop", std::string(hopName(hop))}}, kLatencyBuckets);
+  return *h;
+}
+
+prometheus::Counter& Metrics::queriesOf(const std::string& ns, const std::string& vmi, Verdict v) {
+  auto& c = queries_by_key_[{ns, vmi, v}];
+  if (c == nullptr)
+    c = &queries.Add({{"namespace", ns}, {"vmi", vmi}, {"result", std::string(verdictName(v))}});
+  return *c;
+}
 
 }  // namespace
 
@@ -271,25 +296,22 @@ struct DnsService::Impl {
   }
 
   // Called with mu held.
-  void account(const std::vector<QueryTrace>& finished) {
+  void account(std::vector<QueryTrace> finished) {
     auto now = std::chrono::system_clock::now();
-    for (const auto& t : finished) {
+    for (auto& t : finished) {
       std::string label = vmiLabel(t.vmi);
       auto slash = label.find('/');
       std::string ns = slash == std::string::npos ? "" : label.substr(0, slash);
       std::string name = slash == std::string::npos ? label : label.substr(slash + 1);
-      metrics.queries
-          .Add({{"namespace", ns}, {"vmi", name}, {"result", std::string(verdictName(t.verdict))}})
-          .Increment();
+      metrics.queriesOf(ns, name, t.verdict).Increment();
       for (const auto& s : t.query_path)
         if (auto l = t.hopLatencyNs(s.hop))
-          metrics.latency.Add({{"hop", std::string(hopName(s.hop))}}, kLatencyBuckets)
-              .Observe(static_cast<double>(*l) / 1e9);
+          metrics.latencyAt(s.hop).Observe(static_cast<double>(*l) / 1e9);
       if (!t.drop_reason.empty())
         metrics.drops.Add({{"hop", std::string(hopName(t.drop_hop))}, {"reason", t.drop_reason}})
             .Increment();
       auto& q = per_vmi[t.vmi];
-      q.emplace_back(now, t);
+      q.emplace_back(now, std::move(t));
       while (q.size() > 512) q.pop_front();
     }
     const auto& st = corr.stats();
