@@ -121,6 +121,23 @@ class DnsParserTest : public ::testing::Test {
   static inline std::string open_error_;
 };
 
+// The agent formats both addresses of every event (IPv4 without inet_ntop()'s sprintf).
+TEST(FormatAddress, Ipv4ExtremesAndIpv6) {
+  ng_dns_event ev{};
+  const uint8_t lo[4] = {0, 0, 0, 0}, hi[4] = {255, 255, 255, 255};
+  std::memcpy(ev.saddr, lo, 4);
+  std::memcpy(ev.daddr, hi, 4);
+  EXPECT_EQ(formatAddress(ev, true), "0.0.0.0");
+  EXPECT_EQ(formatAddress(ev, false), "255.255.255.255");
+  const uint8_t mixed[4] = {10, 0, 102, 9};
+  std::memcpy(ev.saddr, mixed, 4);
+  EXPECT_EQ(formatAddress(ev, true), "10.0.102.9");
+  ev.flags = NG_F_IPV6;
+  const uint8_t v6[16] = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0a};
+  std::memcpy(ev.daddr, v6, 16);
+  EXPECT_EQ(formatAddress(ev, false), "fd00::a");
+}
+
 TEST_F(DnsParserTest, Ipv4UdpQuery) {
   DnsMsg q;
   auto frame = buildFrame({}, q.bytes());
