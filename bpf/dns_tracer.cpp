@@ -380,10 +380,10 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
     Attachment a;
     a.netns_path = target.netns_path;
     a.info.netns_ino = *ino;
-    a.info.netns_cookie = ownNetnsCookie();
     a.info.ifindex = target.ifindex;
     a.info.hop = target.hop;
     if (impl_->attachments.count({*ino, target.ifindex}) != 0) return a;  // already attached
+    a.info.netns_cookie = ownNetnsCookie();
 
     char name[IF_NAMESIZE] = {};
     const std::string dev = std::to_string(target.ifindex) +
@@ -428,16 +428,18 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
 
   Attachment a = std::move(made.value());
   if (auto r = setHop(a.info.netns_ino, target.ifindex, target.hop); !r) return r.error();
-  {
-    std::lock_guard hl(impl_->hop_mu);
-    impl_->hops[{static_cast<uint32_t>(a.info.netns_ino), target.ifindex}].netns_cookie =
-        a.info.netns_cookie;
-  }
   const AttachKey key{a.info.netns_ino, target.ifindex};
   auto it = impl_->attachments.find(key);
   if (it != impl_->attachments.end()) {
     it->second.info.hop = target.hop;
     return it->second.info;
+  }
+  {
+    // A new attachment: its device's events carry this cookie from now on (the one already
+    // attached keeps the stamp it got then).
+    std::lock_guard hl(impl_->hop_mu);
+    impl_->hops[{static_cast<uint32_t>(a.info.netns_ino), target.ifindex}].netns_cookie =
+        a.info.netns_cookie;
   }
   log::info("dns tracer attached", {{"netns_ino", std::to_string(a.info.netns_ino)},
                                     {"ifindex", std::to_string(target.ifindex)},
