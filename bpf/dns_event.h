@@ -38,7 +38,15 @@
  * - 2026-11-30 (round 5) tc events: netns_cookie is no longer read by the BPF side (a cold line of
  *   struct net per packet); the loader fills it in on delivery from its attachment of the device
  *   (SO_NETNS_COOKIE, taken in the device's netns at attach time). Same value for attached
- *   devices; 0 for a device the loader did not attach (BPF_PROG_TEST_RUN runs). No field moved. */
+ *   devices; 0 for a device the loader did not attach (BPF_PROG_TEST_RUN runs). No field moved.
+ * - 2026-11-30 (round 6) tc events of the loader's filters no longer read netns_ino either (a
+ *   cold line of struct net per packet). Each filter the loader adds carries a classid of its
+ *   choosing (the attachment id, 1..0xFFEF), which cls_bpf puts in the skb before the program
+ *   runs; on the ring such an event has netns_ino 0 and the attachment id in netns_cookie's place,
+ *   and the loader fills in both from its table of attachments before delivery. Same values for
+ *   users. A tc run with no classid (BPF_PROG_TEST_RUN) still reads the inode from the kernel and
+ *   gets cookie 0; an event of a filter detached before its event was delivered comes with
+ *   netns_ino 0, cookie 0 and no hop. No field moved. */
 #ifndef NODEGATE_DNS_EVENT_H
 #define NODEGATE_DNS_EVENT_H
 
@@ -90,8 +98,9 @@ struct ng_dns_event {
   __u64 ts_ns;          /* bpf_ktime_get_ns() */
   __u64 netns_cookie;   /* the netns cookie (SO_NETNS_COOKIE) where known, else 0: tc events get
                            it from the loader's table of attached devices, drop events from
-                           struct net */
-  __u32 netns_ino;      /* inode of the skb's device netns (matches /proc/PID/ns/net) */
+                           struct net (on the ring, tc events carry the attachment id here) */
+  __u32 netns_ino;      /* inode of the skb's device netns (matches /proc/PID/ns/net); tc events
+                           of attached devices get it from the loader's table */
   __u32 ifindex;
   __u32 drop_reason;    /* NG_EV_DROP: enum skb_drop_reason value, decoded by name in user space */
   __u16 kind;           /* enum ng_dns_event_kind */

@@ -28,6 +28,7 @@
 #include "dns_tracer.skel.h"
 #include "dns_tracer_maps.h"
 #include "dns_wire.h"
+#include "tc_filter.h"
 #include "nodegate/log.h"
 
 namespace nodegate::dns {
@@ -94,12 +95,17 @@ auto inNetns(const std::string& path, Fn fn) -> decltype(fn()) {
 
 struct Attachment {
   AttachmentInfo info;
+  uint16_t id = 0;  // the filters' classid: names the device in its events (dns_event.h)
   std::string netns_path;
   bpf_tc_opts ingress{};
   bpf_tc_opts egress{};
 };
 
 using AttachKey = std::pair<uint64_t, int>;
+
+// Attachment ids are cls_bpf classids, of which the program sees the 16 minor bits; 0 means "not
+// ours" and 0xFFF2/0xFFF3 are clsact's own ingress and egress minors.
+constexpr uint16_t kMaxAttachId = 0xFFEF;
 
 }  // namespace
 
@@ -130,6 +136,21 @@ struct DnsTracer::Impl {
   };
   mutable std::mutex hop_mu;
   std::map<AttachKey, DeviceStamp> hops;
+  // Attachment id -> device, for tc events (they carry the id instead of the netns inode). Ids are
+  // handed out in turn, not reused at once, so a late event of a detached filter is not taken for
+  // a newer device's.
+  std::unordered_map<uint16_t, AttachKey> by_id;
+  uint16_t last_id = 0;  // guarded by mu
+
+  // A free attachment id; called with mu held.
+  uint16_t nextId() {
+    std::lock_guard l(hop_mu);
+    for (unsigned tries = 0; tries < kMaxAttachId; tries++) {
+      last_id = last_id >= kMaxAttachId ? 1 : static_cast<uint16_t>(last_id + 1);
+      if (by_id.count(last_id) == 0) return last_id;
+    }
+    return 0;  // every id in use: more than NG_HOPS_MAX attachments never get here
+  }
 
   // The ring buffer callback has no per-call context; the consumer in charge sets this first.
   const EventCallback* sink = nullptr;
@@ -152,6 +173,13 @@ struct DnsTracer::Impl {
     if (!decodeRecord(data, size, ev)) return 0;
     {
       std::lock_guard lock(self->hop_mu);
+      if (ev.kind == NG_EV_PACKET && ev.netns_cookie != 0) {
+        // A tc event names its attachment (dns_event.h); the cookie is stamped below.
+        auto id = self->by_id.find(static_cast<uint16_t>(ev.netns_cookie));
+        if (id != self->by_id.end() && id->second.second == static_cast<int>(ev.ifindex))
+          ev.netns_ino = static_cast<uint32_t>(id->second.first);
+        ev.netns_cookie = 0;
+      }
       auto it = self->hops.find({ev.netns_ino, static_cast<int>(ev.ifindex)});
       if (it != self->hops.end()) {
         ev.hop = it->second.hop;
@@ -372,12 +400,16 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
   // One program for both hooks: it reads the direction from the skb (dns_tracer.bpf.c).
   const int prog_fd = bpf_program__fd(impl_->skel->progs.ng_tc);
   const std::string procfs = impl_->opts.procfs;
+  const uint16_t id = impl_->nextId();  // unused if the device turns out to be attached already
+  if (id == 0)
+    return Error{ENOSPC, "failed to attach dns tracer: no free attachment id"};
 
   Result<Attachment> made = inNetns(target.netns_path, [&]() -> Result<Attachment> {
     // Inside the target netns, our own view of it is the netns file's inode.
     auto ino = statInode(procfs + "/thread-self/ns/net");
     if (!ino) return ino.error();
     Attachment a;
+    a.id = id;
     a.netns_path = target.netns_path;
     a.info.netns_ino = *ino;
     a.info.ifindex = target.ifindex;
@@ -397,31 +429,28 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
       return libbpfError(err, "create clsact qdisc on ifindex " + dev);
     a.info.created_qdisc = (err == 0);
 
-    // Priority 0 lets the kernel pick one ahead of the existing filters; we return TC_ACT_UNSPEC,
-    // so theirs still run and decide.
-    a.ingress = tcOpts(prog_fd);
-    a.egress = tcOpts(prog_fd);
-    hook.attach_point = BPF_TC_INGRESS;
-    err = bpf_tc_attach(&hook, &a.ingress);
-    if (err == 0) {
-      hook.attach_point = BPF_TC_EGRESS;
-      err = bpf_tc_attach(&hook, &a.egress);
-      if (err != 0) {
-        hook.attach_point = BPF_TC_INGRESS;
-        bpf_tc_opts del = tcOpts(0, a.ingress.handle, a.ingress.priority);
-        bpf_tc_detach(&hook, &del);
-      }
+    // The kernel picks a priority ahead of the existing filters; we return TC_ACT_UNSPEC, so
+    // theirs still run and decide. Our own netlink request, because the filter needs a classid
+    // (tc_filter.h). Detach only needs handle and priority.
+    auto in = addClsBpfFilter(target.ifindex, true, prog_fd, id, "ng_tc");
+    auto out = in ? addClsBpfFilter(target.ifindex, false, prog_fd, id, "ng_tc")
+                  : Result<TcFilter>(in.error());
+    if (in && !out) {
+      hook.attach_point = BPF_TC_INGRESS;
+      bpf_tc_opts del = tcOpts(0, in->handle, in->priority);
+      bpf_tc_detach(&hook, &del);
     }
-    if (err != 0) {
+    if (!out) {
       if (a.info.created_qdisc) {
         hook.attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS);
         bpf_tc_hook_destroy(&hook);
       }
-      return libbpfError(err, "attach tc program to ifindex " + dev);
+      Error e = out.error();
+      e.message += " (device " + dev + ")";
+      return e;
     }
-    // Keep only what detach needs: handle and priority identify our filter.
-    a.ingress.prog_fd = 0;
-    a.egress.prog_fd = 0;
+    a.ingress = tcOpts(0, in->handle, in->priority);
+    a.egress = tcOpts(0, out->handle, out->priority);
     return a;
   });
   if (!made) return made.error();
@@ -438,8 +467,9 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
     // A new attachment: its device's events carry this cookie from now on (the one already
     // attached keeps the stamp it got then).
     std::lock_guard hl(impl_->hop_mu);
-    impl_->hops[{static_cast<uint32_t>(a.info.netns_ino), target.ifindex}].netns_cookie =
-        a.info.netns_cookie;
+    const AttachKey stamp_key{static_cast<uint32_t>(a.info.netns_ino), target.ifindex};
+    impl_->hops[stamp_key].netns_cookie = a.info.netns_cookie;
+    impl_->by_id[a.id] = stamp_key;
   }
   log::info("dns tracer attached", {{"netns_ino", std::to_string(a.info.netns_ino)},
                                     {"ifindex", std::to_string(target.ifindex)},
@@ -498,6 +528,7 @@ Result<void> DnsTracer::detach(uint64_t netns_ino, int ifindex) {
   {
     std::lock_guard hl(impl_->hop_mu);
     impl_->hops.erase({static_cast<uint32_t>(netns_ino), ifindex});
+    impl_->by_id.erase(it->second.id);
   }
   impl_->attachments.erase(it);
   impl_->setActive();

@@ -8,7 +8,9 @@
 // - open() loads everything the kernel can run; a program it cannot run (no kfree_skb reason on old
 //   kernels) is switched off and reported by dropsAvailable(), not an error.
 // - attach() is idempotent per (netns, ifindex) and only ever adds observers: the classifier
-//   returns TC_ACT_UNSPEC, so the device's existing tc programs decide as before.
+//   returns TC_ACT_UNSPEC, so the device's existing tc programs decide as before. Its two
+//   filters carry the attachment's id as their classid (`tc filter show`: "flowid :N"), which is
+//   how the program tells devices apart without reading their netns (bpf/dns_event.h).
 // - Tracing is on while at least one device is attached: kfree_skb drops are followed from the
 //   first attach() to the last detach() (a drop anywhere on the node is reported then, attached
 //   device or not), and only then is the ring mapped and polled. With nothing attached the tracer

@@ -13,7 +13,7 @@
 /* One direction of a TCP connection as seen on one device: ifindex alone is ambiguous across
  * network namespaces, and NAT changes addresses from hop to hop. */
 struct ng_tcp_flow {
-  __u32 netns_ino;
+  __u32 where;  /* the netns inode where the program knows it, else the tc attachment id */
   __u32 ifindex;
   __u8 saddr[16];
   __u8 daddr[16];

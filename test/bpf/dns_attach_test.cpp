@@ -1,8 +1,10 @@
 // The tracer on real devices: two network namespaces joined by a veth pair, the classifier attached
 // inside each through its netns file, real DNS queries sent with dig, and real kernel drops
 // (no socket on port 53; an nftables drop rule) reported with their reason names from BTF.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "dns_tracer.h"
+#include "tc_filter.h"
 
 namespace nodegate::dns::test {
 namespace {
@@ -156,6 +159,9 @@ TEST_F(DnsAttachTest, SeesQueryOnBothEndsAndTheNoSocketDrop) {
           .ok());
   EXPECT_EQ(tracer_->attachments().size(), 2u);
 
+  // Each end is the first device created in its netns, so both have the same ifindex there: only
+  // the attachment id the program reads from the skb tells them apart (dns_event.h, round 6).
+  EXPECT_EQ(net_->ifindex_a, net_->ifindex_b);
   ASSERT_TRUE(tracer_->dropsAvailable()) << "kfree_skb program did not attach";
   net_->query("probe.nodegate.test");
   auto evs = collect("probe.nodegate.test", 3);
@@ -501,6 +507,65 @@ TEST_F(DnsAttachTest, DirectionOfBridgedAndForwardedPackets) {
     EXPECT_EQ(ev->dir, w.dir) << w.what;
     EXPECT_EQ(ev->qtype, 1) << w.what;
   }
+}
+
+// The attachment id is the filters' classid ("flowid :N" in tc's listing): the same on both hooks
+// of a device, another on the next device.
+TEST_F(DnsAttachTest, EachAttachmentsFiltersCarryItsId) {
+  ASSERT_TRUE(tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok());
+  ASSERT_TRUE(tracer_->attach({.netns_path = net_->path(net_->b), .ifindex = net_->ifindex_b}).ok());
+  auto flowid = [&](const std::string& ns, const std::string& dev, const char* dir) {
+    const std::string out = capture("tc -n " + ns + " filter show dev " + dev + " " + dir);
+    const auto at = out.find("flowid ");
+    return at == std::string::npos ? std::string("(none)")
+                                   : out.substr(at + 7, out.find(' ', at + 7) - at - 7);
+  };
+  const std::string a_in = flowid(net_->a, net_->dev_a, "ingress");
+  EXPECT_NE(a_in, "(none)");
+  EXPECT_EQ(flowid(net_->a, net_->dev_a, "egress"), a_in);
+  EXPECT_NE(flowid(net_->b, net_->dev_b, "ingress"), a_in);
+}
+
+// An event still in the ring when its filter is detached names no device: its attachment id is
+// not handed to the next attachment, so it cannot be taken for that one's.
+TEST_F(DnsAttachTest, EventOfADetachedFilterNamesNoDevice) {
+  ASSERT_TRUE(tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a,
+                               .hop = 3}).ok());
+  net_->query("late.nodegate.test");
+  ASSERT_TRUE(tracer_->detach(ino_a_, net_->ifindex_a).ok());
+  ASSERT_TRUE(tracer_->attach({.netns_path = net_->path(net_->b), .ifindex = net_->ifindex_b,
+                               .hop = 4}).ok());
+  int late = 0;
+  auto n = tracer_->consume([&](const ng_dns_event& ev) {
+    if (ev.kind != NG_EV_PACKET || std::string(ev.qname) != "late.nodegate.test") return;
+    late++;
+    EXPECT_EQ(ev.netns_ino, 0u);
+    EXPECT_EQ(ev.netns_cookie, 0u);
+    EXPECT_FALSE(ev.flags & NG_F_HOP_SET);
+  });
+  ASSERT_TRUE(n.ok());
+  EXPECT_GE(late, 1) << "the query's egress event on a was not in the ring";
+}
+
+// The netlink request itself: a device without clsact has no hook to add to, and the error says
+// what was tried and what the kernel answered.
+TEST_F(DnsAttachTest, FilterWithoutClsactIsAClearError) {
+  Result<TcFilter> r = Error{0, "not run"};
+  std::thread([&] {
+    const int fd = ::open(net_->path(net_->a).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) return;
+    ::close(fd);
+    r = addClsBpfFilter(net_->ifindex_a, true, tracer_->tcProgFd(), 7, "ng_tc");
+  }).join();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().code, 0);
+  EXPECT_EQ(r.error().message.rfind("failed to add tc filter on ifindex " +
+                                        std::to_string(net_->ifindex_a) + " ingress",
+                                    0),
+            0u)
+      << r.error().message;
+  EXPECT_EQ(capture("tc -n " + net_->a + " filter show dev " + net_->dev_a + " ingress").find("ng_tc"),
+            std::string::npos);
 }
 
 TEST_F(DnsAttachTest, DetachRemovesOnlyWhatWeCreated) {

@@ -1,0 +1,28 @@
+// Adding the tracer's tc filter over rtnetlink. libbpf's bpf_tc_attach() cannot set a filter's
+// classid, and the tracer needs one: cls_bpf stores it in the skb (qdisc_skb_cb::tc_classid) right
+// before it runs the program, so the program learns which of our attachments it runs for by
+// reading its own skb instead of walking to the device's struct net (dns_tracer.bpf.c, ng_tc).
+// Removing the filter and the clsact qdisc stays with libbpf (bpf_tc_detach() and
+// bpf_tc_hook_destroy() find a filter by handle and priority, which this returns).
+#pragma once
+
+#include <cstdint>
+
+#include "nodegate/result.h"
+
+namespace nodegate::dns {
+
+struct TcFilter {
+  uint32_t handle = 0;
+  uint32_t priority = 0;
+};
+
+// Attaches prog_fd as a cls_bpf filter in direct-action mode to the ingress or egress hook of the
+// clsact qdisc on `ifindex` (which must exist), in the calling thread's network namespace, with
+// `classid` as the filter's class id (only its 16 minor bits reach the program). Handle and
+// priority are left to the kernel (a priority ahead of the filters already there) and read back
+// from its echo of the new filter.
+Result<TcFilter> addClsBpfFilter(int ifindex, bool ingress, int prog_fd, uint32_t classid,
+                                 const char* name);
+
+}  // namespace nodegate::dns
