@@ -57,7 +57,7 @@ objdump -D -b binary -mi386:x86-64 "$OUT/jited.bin" | awk -F'\t' '/^ +[0-9a-f]+:
 perf script -i "$OUT/perf.data" -F ip,sym,symoff 2>/dev/null >"$OUT/samples.txt"
 echo "# samples in the program and the kernel code it calls"
 awk '{print $2}' "$OUT/samples.txt" | sed 's/+0x[0-9a-f]*$//' |
-  grep -E '_ng_tc$|ng_question_need|ringbuf|bpf_ktime|ktime_get_mono_fast_ns|cls_bpf' |
+  grep -E '_ng_tc$|ng_question_need|ng_parse_general|ng_count|ng_tcp_split_fix|ringbuf|bpf_ktime|ktime_get_mono_fast_ns|cls_bpf' |
   sort | uniq -c | sort -rn
 echo "# samples inside ng_tc by offset (the instruction there; the stalled one is just before it)"
 grep -o '_ng_tc+0x[0-9a-f]*' "$OUT/samples.txt" | sed 's/.*+0x//' | sort | uniq -c | sort -rn |
