@@ -4,6 +4,10 @@
 // reading its own skb instead of walking to the device's struct net (dns_tracer.bpf.c, ng_tc).
 // Removing the filter and the clsact qdisc stays with libbpf (bpf_tc_detach() and
 // bpf_tc_hook_destroy() find a filter by handle and priority, which this returns).
+// What the classid touches outside our program: cls_bpf rewrites tc_classid before every bpf
+// filter it runs, and the value is not used by the stack after the hook (the IP layer reuses that
+// part of skb->cb), so only a tc action program (act_bpf) later on the same hook could read our
+// id there. The filter's result class is irrelevant: the program returns TC_ACT_UNSPEC.
 #pragma once
 
 #include <cstdint>
