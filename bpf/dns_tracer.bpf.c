@@ -594,8 +594,8 @@ static __always_inline int ng_finish(const struct ng_src *s, struct ng_meta *m,
  * inlined, an IPv4 UDP query ran through ~37 lines of JITed code; a diagnostic IPv4/UDP-only
  * build ran through ~25 and was ~40 ns per packet cheaper at 10k queries/s. This split measured
  * −30 ns there (docs/benchmarks/dns-bpf.md, round 6). m is cleared first: the inline path may
- * have written parts of it before it gave up on a TCP segment. Returns 0 or -1 as
- * ng_parse_l3(). */
+ * have written parts of it before it gave up on a TCP segment. Returns what ng_parse_l3() does
+ * without `udp_only`: 0 or -1. */
 static __noinline int ng_parse_general(struct __sk_buff *skb, struct ng_meta *m)
 {
   struct ng_src s = {
@@ -627,9 +627,9 @@ static __noinline int ng_parse_general(struct __sk_buff *skb, struct ng_meta *m)
     m->flags |= NG_F_VLAN;
   }
   if (proto == ETH_P_IP_)
-    return ng_parse_l3(&s, off, 4, m, false) ? -1 : 0;
+    return ng_parse_l3(&s, off, 4, m, false);
   if (proto == ETH_P_IPV6_)
-    return ng_parse_l3(&s, off, 6, m, false) ? -1 : 0;
+    return ng_parse_l3(&s, off, 6, m, false);
   return -1;
 }
 

@@ -97,8 +97,8 @@ struct Attachment {
   AttachmentInfo info;
   uint16_t id = 0;  // the filters' classid: names the device in its events (dns_event.h)
   std::string netns_path;
-  bpf_tc_opts ingress{};
-  bpf_tc_opts egress{};
+  TcFilter ingress;  // handle and priority: what detach needs to find our filters
+  TcFilter egress;
 };
 
 using AttachKey = std::pair<uint64_t, int>;
@@ -295,13 +295,13 @@ bool isPowerOfTwo(std::size_t v) {
   return v != 0 && (v & (v - 1)) == 0;
 }
 
-bpf_tc_opts tcOpts(int prog_fd, uint32_t handle = 0, uint32_t priority = 0) {
+// libbpf's options naming one of our filters, for bpf_tc_detach().
+bpf_tc_opts detachOpts(const TcFilter& f) {
   bpf_tc_opts o;
   std::memset(&o, 0, sizeof o);
   o.sz = sizeof o;
-  o.prog_fd = prog_fd;
-  o.handle = handle;
-  o.priority = priority;
+  o.handle = f.handle;
+  o.priority = f.priority;
   return o;
 }
 
@@ -437,7 +437,7 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
                   : Result<TcFilter>(in.error());
     if (in && !out) {
       hook.attach_point = BPF_TC_INGRESS;
-      bpf_tc_opts del = tcOpts(0, in->handle, in->priority);
+      bpf_tc_opts del = detachOpts(*in);
       bpf_tc_detach(&hook, &del);
     }
     if (!out) {
@@ -449,8 +449,8 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
       e.message += " (device " + dev + ")";
       return e;
     }
-    a.ingress = tcOpts(0, in->handle, in->priority);
-    a.egress = tcOpts(0, out->handle, out->priority);
+    a.ingress = *in;
+    a.egress = *out;
     return a;
   });
   if (!made) return made.error();
@@ -491,10 +491,10 @@ Result<void> removeFilters(const Attachment& a, const std::string& procfs) {
     if (*ino != a.info.netns_ino) return {};  // the path now names another netns: ours is gone
     LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = a.info.ifindex);
     int first_err = 0;
-    for (auto [point, opts] :
+    for (auto [point, filter] :
          {std::pair{BPF_TC_INGRESS, a.ingress}, std::pair{BPF_TC_EGRESS, a.egress}}) {
       hook.attach_point = point;
-      bpf_tc_opts del = tcOpts(0, opts.handle, opts.priority);
+      bpf_tc_opts del = detachOpts(filter);
       int err = bpf_tc_detach(&hook, &del);
       if (err != 0 && err != -ENOENT && err != -ENODEV && err != -EINVAL && first_err == 0)
         first_err = err;

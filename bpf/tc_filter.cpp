@@ -23,7 +23,7 @@ struct Request {
   alignas(NLMSG_ALIGNTO) char attrs[256];
 };
 
-// Appends one attribute; false when the request is full (a bug here, not an input error).
+// Appends one attribute; nullptr when the request is full (a bug here, not an input error).
 rtattr* addAttr(Request& req, uint16_t type, const void* data, std::size_t len) {
   const std::size_t off = NLMSG_ALIGN(req.nh.nlmsg_len);
   const std::size_t alen = RTA_LENGTH(len);
