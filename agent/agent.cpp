@@ -1,5 +1,5 @@
-// `nodegate agent` — the daemon: wires the loop (agent_runner.h), kernel event sources
-// (events.h), publishers (metrics.h, kube/kube.h or a logging stand-in), extensions
+// `nodegate agent` — the daemon: wires the loop (loop/runner.h), kernel event sources
+// (triggers/kernel_events.h), publishers (publish/metrics.h, publish/kube/kube.h or a logging stand-in), extensions
 // (extension.h) and the two HTTP listeners (http_server.h), then waits for signals:
 // SIGTERM/SIGINT stop everything within a second, SIGHUP reloads --config.
 #include <malloc.h>
@@ -13,18 +13,18 @@
 #include <mutex>
 #include <thread>
 
-#include "agent.h"
-#include "agent_runner.h"
-#include "commands.h"
-#include "events.h"
+#include "publish/routes.h"
+#include "loop/runner.h"
+#include "cli/commands.h"
+#include "triggers/kernel_events.h"
 #include "extension.h"
-#include "kube/kube.h"
+#include "publish/kube/kube.h"
 #include "kube/pv_source.h"
-#include "metrics.h"
+#include "publish/metrics.h"
 #include "nodegate/log.h"
 #include "nodegate/registry.h"
 #include "nodegate/version.h"
-#include "page.h"
+#include "publish/page.h"
 
 namespace nodegate {
 namespace {
@@ -61,49 +61,6 @@ class LoggingPublisher final : public Publisher {
 };
 
 }  // namespace
-
-void registerCoreRoutes(HttpRouter& router, const AgentEndpoints& ep) {
-  router.handle("/metrics", [ep](const HttpRequest&) {
-    if (ep.process) ep.process->refresh();
-    HttpResponse r = HttpResponse::text(200, serializeMetrics(*ep.registry));
-    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    return r;
-  });
-  router.handle("/healthz", [ep](const HttpRequest&) {
-    auto now = Runner::Clock::now();
-    auto last = ep.runner->lastCycle().value_or(ep.runner->started());
-    double age = std::chrono::duration<double>(now - last).count();
-    double limit = 3 * ep.runner->resync().count();
-    if (age > limit)
-      return HttpResponse::text(503, "unhealthy: no probe cycle finished in the last " +
-                                         std::to_string(static_cast<long>(age)) + " s\n");
-    return HttpResponse::text(200, "ok\n");
-  });
-  router.handle("/readyz", [ep](const HttpRequest&) {
-    if (!ep.runner->snapshot()->complete)
-      return HttpResponse::text(503, "not ready: first probe cycle not finished\n");
-    return HttpResponse::text(200, "ready\n");
-  });
-}
-
-void registerDebugRoutes(HttpRouter& router, const AgentEndpoints& ep) {
-  registerCoreRoutes(router, ep);
-  auto dump = [](const nlohmann::json& j) {
-    return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  };
-  router.handle("/api/v1/checks", [ep, dump](const HttpRequest&) {
-    return HttpResponse::json(200, dump(snapshotJson(*ep.runner->snapshot())));
-  });
-  router.handlePrefix("/api/v1/checks/", [ep, dump](const HttpRequest& req) {
-    std::string name = req.path.substr(std::string("/api/v1/checks/").size());
-    auto snap = ep.runner->snapshot();
-    if (const CheckState* st = snap->find(name)) return HttpResponse::json(200, dump(checkStateJson(*st)));
-    return HttpResponse::json(404, dump({{"error", "no such check"}, {"check", name}}));
-  });
-  router.handle("/", [ep](const HttpRequest&) {
-    return HttpResponse::html(200, renderPage(*ep.runner->snapshot(), ep.page_info, *ep.sections));
-  });
-}
 
 int runAgent(const Options& opts) {
   // glibc gives each thread that allocates an arena of its own (up to 8 per core); the agent's

@@ -1,7 +1,7 @@
 // nodegate: one binary, four commands. main() parses, sets the log level and dispatches.
 #include <iostream>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "nodegate/log.h"
 #include "nodegate/version.h"
 

@@ -54,7 +54,7 @@ struct DnsServiceConfig {
   std::chrono::milliseconds rescan_with_events{30000};  // the safety net's cadence when they do
   std::chrono::milliseconds debounce{50};               // first event of a burst -> rescan
   std::chrono::milliseconds rescan_min_gap{250};        // bounds the rescan rate under event storms
-  KernelEvents* kernel_events = nullptr;  // link/netns events (agent/events.h); null: none
+  KernelEvents* kernel_events = nullptr;  // link/netns events (agent/triggers/kernel_events.h); null: none
   bool process_events = true;             // listen to the proc connector when it works
   std::chrono::seconds window{300};       // what the probe's summary covers
   CorrelatorLimits limits;

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <map>
 
-#include "http_server.h"
-#include "page.h"
+#include "publish/http_server.h"
+#include "publish/page.h"
 
 namespace nodegate::dns {
 namespace {

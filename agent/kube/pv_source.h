@@ -26,7 +26,7 @@
 #include "kube/client.h"
 #include "local_pv.h"
 #include "nodegate/config.h"
-#include "options.h"
+#include "cli/options.h"
 
 namespace nodegate::kube {
 

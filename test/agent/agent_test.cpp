@@ -16,13 +16,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "agent.h"
-#include "agent_runner.h"
-#include "events.h"
-#include "http_server.h"
-#include "metrics.h"
-#include "page.h"
-#include "state.h"
+#include "publish/routes.h"
+#include "loop/runner.h"
+#include "triggers/kernel_events.h"
+#include "publish/http_server.h"
+#include "publish/metrics.h"
+#include "publish/page.h"
+#include "loop/state.h"
 
 namespace nodegate {
 namespace {

@@ -9,7 +9,7 @@ if [ "$(id -u)" -ne 0 ]; then echo "SKIP: needs root to create tap devices"; exi
 
 work=$(mktemp -d /tmp/nodegate-agent-ev.XXXXXX)
 on_exit "rm -rf $work"
-cp -a "$TEST_SRC/fixtures/vmx-host" "$work/host"
+cp -a "$TEST_SRC/../fixtures/agent/vmx-host" "$work/host"
 echo '{"checks": {"cpu-virt": {"triggers": ["netlink"]}}}' >"$work/config.json"
 tap="ngag$$"
 on_exit "ip link del $tap 2>/dev/null"

@@ -62,8 +62,8 @@ def rules_of(role):
 
 
 def agent_flags():
-    """Flags agent/options.cpp parses: the valued map and the boolean map."""
-    with open(os.path.join(SRC, "agent", "options.cpp")) as f:
+    """Flags agent/cli/options.cpp parses: the valued map and the boolean map."""
+    with open(os.path.join(SRC, "agent", "cli", "options.cpp")) as f:
         text = f.read()
     return set(re.findall(r'\{"(--[a-z.-]+)"', text))
 
@@ -176,7 +176,7 @@ class DaemonSet(unittest.TestCase):
 
     def test_every_flag_is_one_the_agent_parses(self):
         flags = agent_flags()
-        self.assertIn("--host-root", flags, "could not parse agent/options.cpp")
+        self.assertIn("--host-root", flags, "could not parse agent/cli/options.cpp")
         for case in ALL_CASES:
             _, c = agent_container(load(case))
             self.assertEqual(c["args"][0], "agent")

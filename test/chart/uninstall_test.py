@@ -104,7 +104,7 @@ def main():
         other_conditions = [c for c in before.get("status", {}).get("conditions", []) if c["type"] not in CONDITIONS]
 
         root = os.path.join(tmp, "host")
-        shutil.copytree(os.path.join(SRC, "test", "kube", "host-vmx"), root)
+        shutil.copytree(os.path.join(SRC, "test", "fixtures", "agent", "vmx-host-e5"), root)
         config = os.path.join(tmp, "config.json")
         # kvm-device fails on this fixture (no /dev/kvm), so the gate closes and the taint is set.
         with open(config, "w") as f:

@@ -22,7 +22,7 @@ import urllib.request
 NE_PORT, NG_PORT, NG_DEBUG = 19480, 19481, 19482
 EV_PORT, EV_DEBUG = 19483, 19484
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIXTURE = os.path.join(HERE, "..", "..", "test", "agent", "fixtures", "vmx-host")
+FIXTURE = os.path.join(HERE, "..", "..", "test", "fixtures", "agent", "vmx-host")
 
 
 def proc_stats(pid):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Agent CPU while tracing guest DNS under load: dnsperf in the guest netns of the namespace replica
-# (test/dns/topology.sh) drives queries through tap -> bridge -> masquerade -> host DNAT -> dnsmasq,
+# (test/agent/dns/topology.sh) drives queries through tap -> bridge -> masquerade -> host DNAT -> dnsmasq,
 # and the agent's own CPU time (utime+stime from its procfs stat) is read over each run, with the
 # tracer on and with it off (same agent, --dns-trace=off) as the baseline.
 # With the tracer on, kernel.bpf_stats_enabled is set for the run and the last column is the tc
@@ -19,7 +19,7 @@ NODEGATE=$BUILD/nodegate
 [ "$(id -u)" = 0 ] || { echo "needs root"; exit 1; }
 command -v dnsperf >/dev/null || { echo "needs dnsperf"; exit 1; }
 
-source "$SRC/test/dns/topology.sh"
+source "$SRC/test/agent/dns/topology.sh"
 topo_healthy
 for i in $(seq 200); do echo "www.example.test A"; echo "www.example.test AAAA"; done > $TMP/queries
 

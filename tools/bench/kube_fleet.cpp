@@ -23,7 +23,7 @@
 
 #include <prometheus/registry.h>
 
-#include "kube/publisher.h"
+#include "publish/kube/publisher.h"
 #include "nodegate/log.h"
 
 using namespace nodegate;

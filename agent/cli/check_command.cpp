@@ -1,0 +1,111 @@
+// `nodegate check`: one pass over every probe, printed as a table or JSON.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <atomic>
+#include <thread>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "nodegate/json.h"
+#include "nodegate/registry.h"
+#include "nodegate/runner.h"
+#include "nodegate/version.h"
+
+namespace nodegate {
+namespace {
+
+constexpr std::size_t kCheckWorkers = 2;  // plus the calling thread
+
+// Exit codes (README documents them): 0 every check PASS, 1 any FAIL, 3 no FAIL but some
+// WARN/UNKNOWN. 2 is reserved for usage errors.
+int exitCode(const std::vector<CheckResult>& results) {
+  bool any_fail = false, any_other = false;
+  for (const auto& r : results) {
+    any_fail |= r.status == Status::Fail;
+    any_other |= r.status == Status::Warn || r.status == Status::Unknown;
+  }
+  return any_fail ? 1 : any_other ? 3 : 0;
+}
+
+const char* colorOf(Status s) {
+  switch (s) {
+    case Status::Pass: return "\033[32m";
+    case Status::Warn: return "\033[33m";
+    case Status::Fail: return "\033[31m";
+    case Status::Unknown: return "\033[35m";
+  }
+  return "";
+}
+
+void printTable(const std::vector<CheckResult>& results, bool gate, bool color) {
+  std::size_t wcheck = 5, wstatus = 7, wreason = 6;
+  for (const auto& r : results) {
+    wcheck = std::max(wcheck, r.check.size());
+    wreason = std::max(wreason, r.reason.size());
+  }
+  auto pad = [](std::string s, std::size_t w) {
+    s.resize(std::max(s.size(), w), ' ');
+    return s;
+  };
+  std::cout << pad("CHECK", wcheck) << "  " << pad("STATUS", wstatus) << "  "
+            << pad("REASON", wreason) << "  MESSAGE\n";
+  for (const auto& r : results) {
+    std::string status(toString(r.status));
+    std::string shown = pad(status, wstatus);
+    if (color) shown = colorOf(r.status) + shown + "\033[0m";
+    std::cout << pad(r.check, wcheck) << "  " << shown << "  " << pad(r.reason, wreason) << "  "
+              << r.message << "\n";
+    if (r.status != Status::Pass && !r.hint.empty())
+      std::cout << pad("", wcheck) << "  " << pad("", wstatus) << "  hint: " << r.hint << "\n";
+  }
+  std::cout << "\nvm gate: " << (gate ? "OPEN" : "CLOSED") << "\n";
+}
+
+}  // namespace
+
+int runCheck(const Options& opts) {
+  auto cfg = buildConfig(opts);
+  if (!cfg) {
+    std::cerr << "nodegate: " << cfg.error().message << "\n";
+    return 2;
+  }
+  HostRoot host = opts.hostRoot();
+  ProbeContext ctx{host, *cfg};
+  auto probes = makeProbes(productionSeams());
+  // A few probes wait (lvm as a child process, D-Bus calls, the kernel building a VM), so a
+  // one-shot check runs probes side by side; the table keeps registry order. Three threads take
+  // the probes in turn rather than one thread each: most probes are file reads of microseconds,
+  // and a thread per probe (stack mapping, page faults, clone, teardown) cost more CPU than the
+  // reads (perf stat, docs/benchmarks/check.md), while three still let lvm and both D-Bus probes
+  // wait at the same time.
+  std::vector<CheckResult> results(probes.size());
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < probes.size();)
+      results[i] = runProbe(*probes[i], ctx);
+  };
+  std::vector<std::thread> workers;
+  for (std::size_t i = 0; i < std::min(kCheckWorkers, probes.size()); ++i)
+    workers.emplace_back(work);
+  work();
+  for (auto& t : workers) t.join();
+  bool gate = gateOpen(results, *cfg);
+
+  if (opts.output == "json") {
+    nlohmann::json doc;
+    doc["version"] = kVersion;
+    doc["host_root"] = host.rootDir();
+    doc["gate"] = {{"open", gate}, {"blockers", gateBlockers(results, *cfg)}};
+    doc["checks"] = nlohmann::json::array();
+    for (const auto& r : results) doc["checks"].push_back(toJson(r));
+    std::cout << doc.dump(2) << "\n";
+  } else {
+    bool color = opts.color == "always" || (opts.color == "auto" && ::isatty(1));
+    printTable(results, gate, color);
+  }
+  return exitCode(results);
+}
+
+}  // namespace nodegate

@@ -1,0 +1,201 @@
+#include "cli/options.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <functional>
+#include <map>
+
+namespace nodegate {
+namespace {
+
+Error usageError(const std::string& msg) { return Error{EINVAL, msg}; }
+
+bool parseDouble(const std::string& s, double* out) {
+  char* end = nullptr;
+  *out = std::strtod(s.c_str(), &end);
+  return !s.empty() && end && *end == '\0';
+}
+
+}  // namespace
+
+std::string usage() {
+  return R"(usage: nodegate <command> [flags]
+
+commands:
+  check            one-shot preflight of this host (exit 0 all pass, 1 any FAIL,
+                   2 usage error, 3 only WARN/UNKNOWN besides passes)
+  agent            the daemon: probes on events and timer, HTTP endpoint, Kubernetes publishing
+  dns trace        guest DNS queries hop by hop (asks a running agent)
+  version          print the version
+
+host paths:
+  --host-root DIR        read the host below DIR (default /; the chart uses /host)
+  --path.procfs DIR      override <host-root>/proc
+  --path.sysfs DIR       override <host-root>/sys
+  --path.devfs DIR       override <host-root>/dev
+  --path.rootfs DIR      override <host-root> for files such as /lib/modules
+
+check:
+  --output table|json    output format (default table)
+  --color auto|always|never
+  --config FILE          JSON policy: required checks, thresholds
+
+agent:
+  --listen ADDR:PORT       /metrics /healthz /readyz (default 0.0.0.0:9810)
+  --debug-listen ADDR:PORT everything incl. /api and the page (default 127.0.0.1:9811; "" = off)
+  --kube auto|incluster|kubeconfig|none
+  --kubeconfig FILE
+  --node-name NAME         default $NODE_NAME, then the host name
+  --prefix DOMAIN          label/condition prefix (default nodegate.io)
+  --gate-label KEY=VALUE   default <prefix>/vm-ready=true
+  --taint                  taint <prefix>/not-ready:NoSchedule while the gate is closed
+  --lvm-command "CMD ARGS" default "lvm"
+  --resync SECONDS         periodic re-probe, jittered (default 60)
+  --dns-trace auto|on|off
+  --dns-netns PATH         extra network namespace to trace (repeatable)
+  --log-level debug|info|warn|error
+
+dns trace:
+  --vmi NS/NAME   only this VMI
+  --follow        keep printing new queries
+  --api URL       agent debug endpoint (default http://<debug-listen>)
+)";
+}
+
+HostRoot Options::hostRoot() const {
+  HostRoot h(host_root);
+  if (!procfs.empty()) h.setProcfs(procfs);
+  if (!sysfs.empty()) h.setSysfs(sysfs);
+  if (!devfs.empty()) h.setDevfs(devfs);
+  if (!rootfs.empty()) h.setRootfs(rootfs);
+  return h;
+}
+
+std::pair<std::string, std::string> Options::gateLabel() const {
+  std::string spec = gate_label_set ? gate_label : prefix + "/vm-ready=true";
+  auto eq = spec.find('=');
+  if (eq == std::string::npos) return {spec, "true"};
+  return {spec.substr(0, eq), spec.substr(eq + 1)};
+}
+
+Result<Options> parseOptions(int argc, char** argv) {
+  Options o;
+  using Setter = std::function<Result<void>(const std::string&)>;
+  auto str = [](std::string* dst) -> Setter {
+    return [dst](const std::string& v) -> Result<void> { *dst = v; return {}; };
+  };
+  auto oneOf = [](std::string* dst, std::initializer_list<const char*> allowed,
+                  std::string flag) -> Setter {
+    std::vector<std::string> ok(allowed.begin(), allowed.end());
+    return [dst, ok, flag](const std::string& v) -> Result<void> {
+      for (const auto& a : ok)
+        if (a == v) { *dst = v; return {}; }
+      return usageError("invalid value \"" + v + "\" for " + flag);
+    };
+  };
+  std::map<std::string, Setter> valued = {
+      {"--host-root", str(&o.host_root)},
+      {"--path.procfs", str(&o.procfs)},
+      {"--path.sysfs", str(&o.sysfs)},
+      {"--path.devfs", str(&o.devfs)},
+      {"--path.rootfs", str(&o.rootfs)},
+      {"--output", oneOf(&o.output, {"table", "json"}, "--output")},
+      {"--color", oneOf(&o.color, {"auto", "always", "never"}, "--color")},
+      {"--config", str(&o.config_path)},
+      {"--listen", str(&o.listen)},
+      {"--debug-listen", str(&o.debug_listen)},
+      {"--kube", oneOf(&o.kube, {"auto", "incluster", "kubeconfig", "none"}, "--kube")},
+      {"--kubeconfig", str(&o.kubeconfig)},
+      {"--node-name", str(&o.node_name)},
+      {"--prefix", str(&o.prefix)},
+      {"--gate-label",
+       [&o](const std::string& v) -> Result<void> {
+         if (v.empty() || v.find('=') == 0) return usageError("--gate-label wants KEY=VALUE");
+         o.gate_label = v;
+         o.gate_label_set = true;
+         return {};
+       }},
+      {"--lvm-command", str(&o.lvm_command)},
+      {"--resync",
+       [&o](const std::string& v) -> Result<void> {
+         if (!parseDouble(v, &o.resync_seconds) || o.resync_seconds <= 0)
+           return usageError("--resync wants a positive number of seconds");
+         return {};
+       }},
+      {"--dns-trace", oneOf(&o.dns_trace, {"auto", "on", "off"}, "--dns-trace")},
+      {"--dns-netns",
+       [&o](const std::string& v) -> Result<void> { o.dns_netns.push_back(v); return {}; }},
+      {"--log-level", oneOf(&o.log_level, {"debug", "info", "warn", "error"}, "--log-level")},
+      {"--vmi", str(&o.vmi)},
+      {"--api", str(&o.api)},
+  };
+  std::map<std::string, bool*> boolean = {{"--taint", &o.taint}, {"--follow", &o.follow}};
+
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      o.command = "help";
+      return o;
+    }
+    if (a.rfind("--", 0) == 0) {
+      std::string name = a, value;
+      bool has_value = false;
+      if (auto eq = a.find('='); eq != std::string::npos) {
+        name = a.substr(0, eq);
+        value = a.substr(eq + 1);
+        has_value = true;
+      }
+      if (auto b = boolean.find(name); b != boolean.end()) {
+        if (has_value) {
+          if (value != "true" && value != "false")
+            return usageError(name + " takes no value (or =true/=false)");
+          *b->second = value == "true";
+        } else {
+          *b->second = true;
+        }
+        continue;
+      }
+      auto s = valued.find(name);
+      if (s == valued.end()) return usageError("unknown flag " + name);
+      if (!has_value) {
+        if (i + 1 >= argc) return usageError(name + " needs a value");
+        value = argv[++i];
+      }
+      if (auto r = s->second(value); !r) return r.error();
+      continue;
+    }
+    if (o.command.empty())
+      o.command = a;
+    else
+      o.args.push_back(a);
+  }
+  if (o.command.empty()) return usageError("no command given");
+  if (o.command != "check" && o.command != "agent" && o.command != "dns" &&
+      o.command != "version" && o.command != "help")
+    return usageError("unknown command \"" + o.command + "\"");
+  if (o.node_name.empty()) {
+    if (const char* env = std::getenv("NODE_NAME"); env && *env) {
+      o.node_name = env;
+    } else {
+      char host[256] = {};
+      if (::gethostname(host, sizeof host - 1) == 0) o.node_name = host;
+    }
+  }
+  return o;
+}
+
+Result<Config> buildConfig(const Options& opts) {
+  Config cfg;
+  if (!opts.config_path.empty()) {
+    auto loaded = loadConfig(opts.config_path);
+    if (!loaded) return loaded.error();
+    cfg = std::move(loaded).value();
+  }
+  // A flag beats the file: the chart passes --lvm-command, users may keep a shared config.
+  if (opts.lvm_command != "lvm" || cfg.text("lvm", "command", "").empty())
+    cfg.set("lvm", "command", opts.lvm_command);
+  return cfg;
+}
+
+}  // namespace nodegate

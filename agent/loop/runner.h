@@ -1,0 +1,129 @@
+// The agent's loop: triggers -> probes -> state -> publishers.
+//
+// Extension point: Runner::trigger(bits) may be called from any thread (the D-Bus watcher fires
+// kTriggerDBusTime, the DNS tracer kTriggerDns, the kernel event sources the udev/netlink bits).
+// It only sets bits and wakes the loop; bursts are coalesced (debounce) into one cycle that
+// re-runs the probes whose triggers() (plus the policy's `checks.<probe>.triggers` list of extra
+// trigger names) include a fired bit. The jittered resync timer re-runs every probe.
+//
+// Each probe runs on its own worker thread under a deadline (`checks.<probe>.timeout_seconds`,
+// default RunnerOptions::probe_timeout): a probe that does not finish in time is published as
+// UNKNOWN/ProbeTimeout and the loop carries on; while it is still stuck it is not started again.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
+
+#include "nodegate/config.h"
+#include "nodegate/host_root.h"
+#include "nodegate/probe.h"
+#include "nodegate/snapshot.h"
+#include "loop/state.h"
+
+namespace nodegate {
+
+// Trigger names as used in config and metrics: timer, udev-misc, udev-block, netlink,
+// dbus-time, dns, mounts.
+std::string_view triggerName(std::uint32_t bit);
+std::optional<std::uint32_t> parseTriggerName(std::string_view name);
+
+// The bits a probe re-runs on under config: its own plus `checks.<name>.triggers`.
+std::uint32_t probeTriggers(const Probe& probe, const Config& config);
+
+struct RunnerOptions {
+  std::chrono::duration<double> resync{60};
+  double jitter = 0.1;                           // timer fires at resync * (1 ± jitter)
+  std::chrono::milliseconds debounce{10};        // events closer than this share a cycle
+  std::chrono::duration<double> probe_timeout{10};
+  std::shared_ptr<prometheus::Registry> registry;  // optional: runner metrics go here
+};
+
+class Runner {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Runner(ProbeList probes, HostRoot host, Config config, RunnerOptions options);
+  ~Runner();
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
+
+  // Publishers see every snapshot after a cycle that ran probes. Add them before start().
+  void addPublisher(std::shared_ptr<Publisher> publisher);
+
+  // Starts the loop thread; the first cycle runs every probe.
+  void start();
+  // Stops the loop promptly (well under a second). Returns how many probes were still running
+  // and had to be abandoned (their threads are detached and keep only their own state alive).
+  int stop();
+
+  // Thread-safe; see the header comment.
+  void trigger(std::uint32_t bits);
+  // New policy (SIGHUP): applies to the next cycle, which re-runs every probe.
+  void reload(Config config);
+
+  // The latest snapshot (never null; before the first cycle every check is "not run yet").
+  std::shared_ptr<const Snapshot> snapshot() const;
+  // When the last cycle finished; nullopt before the first one.
+  std::optional<Clock::time_point> lastCycle() const;
+  Clock::time_point started() const { return started_; }
+  std::chrono::duration<double> resync() const { return options_.resync; }
+  std::uint64_t cycles() const { return cycles_.load(); }
+
+  // Runs one cycle on the caller's thread (the loop uses it; tests call it directly).
+  void runCycle(std::uint32_t bits);
+
+  static constexpr std::uint32_t kRunAll = 0xffffffffu;
+
+ private:
+  struct Worker;
+  struct Sync;
+  std::shared_ptr<const Config> config() const;
+  void loop();
+  std::chrono::duration<double> jitteredResync();
+  void publish(std::shared_ptr<const Snapshot> snap);
+
+  HostRoot host_;
+  RunnerOptions options_;
+  std::shared_ptr<Sync> sync_;  // shared with worker threads, which may outlive the runner
+  std::vector<std::shared_ptr<Worker>> workers_;
+  std::vector<std::shared_ptr<Publisher>> publishers_;
+  // Used by the loop thread only. A member, not a thread_local: a thread_local's 5 KB of state
+  // would be in the static TLS block that every one of the agent's threads zeroes and keeps
+  // resident (one more page each), though only this thread draws from it.
+  std::mt19937 jitter_rng_{std::random_device{}()};
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  std::shared_ptr<const Config> config_;
+  std::uint32_t pending_ = 0;
+  bool stop_ = false;
+  std::shared_ptr<const Snapshot> snapshot_;
+  std::optional<Clock::time_point> last_cycle_;
+
+  std::mutex cycle_mu_;  // one cycle at a time (loop vs tests calling runCycle)
+  StateStore state_;
+  std::atomic<std::uint64_t> cycles_{0};
+  std::atomic<bool> stopping_{false};
+  Clock::time_point started_ = Clock::now();
+  std::thread thread_;
+
+  prometheus::Family<prometheus::Counter>* triggers_total_ = nullptr;
+  prometheus::Family<prometheus::Counter>* timeouts_total_ = nullptr;
+  prometheus::Counter* cycles_total_ = nullptr;
+};
+
+}  // namespace nodegate

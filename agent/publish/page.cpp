@@ -1,0 +1,262 @@
+#include "publish/page.h"
+
+#include <algorithm>
+#include <ctime>
+#include <set>
+
+#include "publish/http_server.h"
+#include "nodegate/json.h"
+#include "nodegate/log.h"
+
+namespace nodegate {
+
+void PageSections::add(std::string id, std::string title, Renderer render) {
+  std::lock_guard l(mu_);
+  sections_.push_back(Section{std::move(id), std::move(title), std::move(render)});
+}
+
+std::string PageSections::render(const Snapshot& snapshot) const {
+  std::vector<Section> copy;
+  {
+    std::lock_guard l(mu_);
+    copy = sections_;
+  }
+  std::string out;
+  for (const auto& s : copy) {
+    out += "<section class=\"ext\" id=\"section-" + htmlEscape(s.id) + "\"><h2>" +
+           htmlEscape(s.title) + "</h2>";
+    try {
+      out += s.render(snapshot);
+    } catch (const std::exception& e) {
+      log::warn("failed to render page section", {{"section", s.id}, {"error", e.what()}});
+      out += "<p class=\"err\">this section failed to render: " + htmlEscape(e.what()) + "</p>";
+    }
+    out += "</section>\n";
+  }
+  return out;
+}
+
+std::string rfc3339(std::chrono::system_clock::time_point t) {
+  using namespace std::chrono;
+  if (t.time_since_epoch().count() == 0) return "";
+  auto ms = duration_cast<milliseconds>(t.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(ms % 1000));
+  return buf;
+}
+
+nlohmann::json checkStateJson(const CheckState& st) {
+  nlohmann::json j = toJson(st.result);
+  j["raw_status"] = toString(st.raw_status);
+  j["since"] = st.since.time_since_epoch().count() ? nlohmann::json(rfc3339(st.since)) : nlohmann::json();
+  j["last_run"] =
+      st.last_run.time_since_epoch().count() ? nlohmann::json(rfc3339(st.last_run)) : nlohmann::json();
+  return j;
+}
+
+nlohmann::json snapshotJson(const Snapshot& s) {
+  nlohmann::json j;
+  j["gate"] = {{"open", s.gate_open}, {"blockers", s.gate_blockers}};
+  j["complete"] = s.complete;
+  j["generation"] = s.generation;
+  j["taken"] = rfc3339(s.taken);
+  j["checks"] = nlohmann::json::array();
+  for (const auto& c : s.checks) j["checks"].push_back(checkStateJson(c));
+  return j;
+}
+
+namespace {
+
+std::string ago(std::chrono::system_clock::time_point t, std::chrono::system_clock::time_point now) {
+  if (t.time_since_epoch().count() == 0) return "never";
+  auto s = std::chrono::duration_cast<std::chrono::seconds>(now - t).count();
+  if (s < 0) s = 0;
+  if (s < 90) return std::to_string(s) + " s ago";
+  if (s < 90 * 60) return std::to_string(s / 60) + " min ago";
+  if (s < 48 * 3600) return std::to_string(s / 3600) + " h ago";
+  return std::to_string(s / 86400) + " d ago";
+}
+
+std::string timeTag(std::chrono::system_clock::time_point t, std::chrono::system_clock::time_point now) {
+  std::string iso = rfc3339(t);
+  if (iso.empty()) return "<span class=\"muted\">never</span>";
+  std::string shown = iso.substr(0, 10) + " " + iso.substr(11, 8) + " UTC";
+  return "<time datetime=\"" + iso + "\" title=\"" + shown + "\">" + shown + "</time> <span class=\"muted\">(" +
+         ago(t, now) + ")</span>";
+}
+
+constexpr const char* kStyle = R"css(
+:root{--pass:#1a7f37;--warn:#9a6700;--fail:#cf222e;--unk:#8250df;--ink:#1f2328;--mut:#59636e;--line:#d0d7de;--bg:#f6f8fa}
+*{box-sizing:border-box}
+body{margin:0;font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;color:var(--ink);background:#fff}
+header{padding:14px 24px;border-bottom:1px solid var(--line);background:var(--bg);display:flex;gap:16px;align-items:baseline;flex-wrap:wrap}
+header h1{font-size:18px;margin:0}
+header .meta{color:var(--mut);font-size:13px}
+main{padding:16px 24px;max-width:1100px}
+#verdict{border-radius:8px;padding:16px 20px;margin:0 0 16px;color:#fff}
+#verdict.open{background:var(--pass)}
+#verdict.closed{background:var(--fail)}
+#verdict.starting{background:var(--mut)}
+#verdict .big{font-size:26px;font-weight:700;letter-spacing:.3px}
+#verdict .why{margin-top:4px;font-size:15px}
+#verdict code{background:rgba(255,255,255,.18);color:#fff}
+.counts{display:flex;gap:10px;margin:0 0 18px;flex-wrap:wrap}
+.count{border:1px solid var(--line);border-radius:6px;padding:6px 12px;font-weight:600}
+.badge{display:inline-block;min-width:74px;text-align:center;border-radius:4px;padding:1px 8px;color:#fff;font-weight:700;font-size:13px}
+.s-PASS{background:var(--pass)}.s-WARN{background:var(--warn)}.s-FAIL{background:var(--fail)}.s-UNKNOWN{background:var(--unk)}
+.check{border:1px solid var(--line);border-left-width:6px;border-radius:6px;padding:10px 14px;margin:0 0 12px}
+.check.b-FAIL{border-left-color:var(--fail)}.check.b-WARN{border-left-color:var(--warn)}.check.b-UNKNOWN{border-left-color:var(--unk)}.check.b-PASS{border-left-color:var(--pass)}
+.check h3{margin:0;font-size:16px;display:flex;gap:10px;align-items:center;flex-wrap:wrap}
+.check .reason{color:var(--mut);font-weight:500;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px}
+.req{font-size:11px;border:1px solid var(--ink);border-radius:3px;padding:0 4px;font-weight:600}
+.msg{margin:6px 0}
+.hint{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:6px 10px;margin:6px 0}
+.hint b{margin-right:6px}
+.times{color:var(--mut);font-size:13px}
+.pending{color:var(--warn);font-size:13px}
+table{border-collapse:collapse;margin:6px 0;font-size:13px;width:100%}
+td,th{border:1px solid var(--line);padding:3px 8px;text-align:left;vertical-align:top}
+th{background:var(--bg);font-weight:600}
+td.obs,td.src{font-family:ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
+code{font-family:ui-monospace,Menlo,Consolas,monospace;background:var(--bg);padding:0 4px;border-radius:3px}
+h2{font-size:17px;margin:22px 0 10px;border-bottom:1px solid var(--line);padding-bottom:4px}
+.passing{border:1px solid var(--line);border-radius:6px}
+.passing details{border-top:1px solid var(--line);padding:6px 12px}
+.passing details:first-child{border-top:0}
+.passing summary{cursor:pointer;display:flex;gap:10px;align-items:center}
+.muted{color:var(--mut)}
+.err{color:var(--fail)}
+footer{padding:12px 24px;color:var(--mut);font-size:13px;border-top:1px solid var(--line);margin-top:20px}
+footer a{color:inherit}
+)css";
+
+void renderEvidence(std::string& out, const CheckResult& r) {
+  if (r.evidence.empty()) return;
+  out += "<table class=\"evidence\"><tr><th>evidence source</th><th>observed</th></tr>";
+  for (const auto& e : r.evidence)
+    out += "<tr><td class=\"src\">" + htmlEscape(e.source) + "</td><td class=\"obs\">" +
+           htmlEscape(e.observed) + "</td></tr>";
+  out += "</table>";
+}
+
+void renderCheckBody(std::string& out, const CheckState& st, std::chrono::system_clock::time_point now) {
+  const CheckResult& r = st.result;
+  out += "<div class=\"msg\">" + htmlEscape(r.message) + "</div>";
+  if (r.status != Status::Pass && !r.hint.empty())
+    out += "<div class=\"hint\"><b>Hint</b><span class=\"hint-text\">" + htmlEscape(r.hint) + "</span></div>";
+  if (st.raw_status != r.status && st.last_run.time_since_epoch().count())
+    out += "<div class=\"pending\">latest run says " + std::string(toString(st.raw_status)) +
+           "; held back by flap damping until it repeats</div>";
+  renderEvidence(out, r);
+  char dur[32];
+  std::snprintf(dur, sizeof dur, "%.1f ms", std::chrono::duration<double, std::milli>(r.duration).count());
+  out += "<div class=\"times\">status since " + timeTag(st.since, now) + " &middot; last run " +
+         timeTag(st.last_run, now) + " &middot; took " + dur + "</div>";
+}
+
+}  // namespace
+
+std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSections& sections) {
+  auto now = std::chrono::system_clock::now();
+  std::set<std::string> required(info.required.begin(), info.required.end());
+  std::string out;
+  out.reserve(16 * 1024);
+  out += "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+         "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+         "<meta http-equiv=\"refresh\" content=\"" + std::to_string(info.refresh_seconds) + "\">"
+         "<title>nodegate " + htmlEscape(info.node) + ": " +
+         (!snap.complete ? "starting" : snap.gate_open ? "VM gate open" : "VM gate CLOSED") +
+         "</title><style>" + kStyle + "</style></head><body>\n";
+  out += "<header><h1>nodegate &middot; " + htmlEscape(info.node) + "</h1><span class=\"meta\">version " +
+         htmlEscape(info.version) + " &middot; state of " + timeTag(snap.taken, now) +
+         " &middot; refreshes every " + std::to_string(info.refresh_seconds) + " s</span></header>\n<main>\n";
+
+  // The verdict: the one question this page answers.
+  std::map<std::string, Status> status_of;
+  for (const auto& c : snap.checks) status_of[c.result.check] = c.result.status;
+  if (!snap.complete) {
+    out += "<div id=\"verdict\" class=\"starting\" data-open=\"false\"><div class=\"big\">Starting: "
+           "first probe cycle not finished</div><div class=\"why\">the VM gate stays closed until "
+           "every check has run once</div></div>\n";
+  } else if (snap.gate_open) {
+    out += "<div id=\"verdict\" class=\"open\" data-open=\"true\"><div class=\"big\">VM gate OPEN: "
+           "VMs may be scheduled on this node</div><div class=\"why\">every required check passes</div></div>\n";
+  } else {
+    out += "<div id=\"verdict\" class=\"closed\" data-open=\"false\"><div class=\"big\">VM gate CLOSED: "
+           "no new VMs on this node</div><div class=\"why\">blocked by ";
+    bool first = true;
+    for (const auto& b : snap.gate_blockers) {
+      auto it = status_of.find(b);
+      std::string st = it == status_of.end() ? "MISSING" : std::string(toString(it->second));
+      out += std::string(first ? "" : ", ") + "<code>" + htmlEscape(b) + "</code> " + st;
+      first = false;
+    }
+    out += "</div></div>\n";
+  }
+
+  int counts[4] = {0, 0, 0, 0};  // indexed by severity(): PASS, WARN, UNKNOWN, FAIL
+  for (const auto& c : snap.checks) counts[severity(c.result.status)]++;
+  out += "<div class=\"counts\">";
+  const Status order[] = {Status::Fail, Status::Unknown, Status::Warn, Status::Pass};
+  for (Status s : order)
+    out += "<span class=\"count\"><span class=\"badge s-" + std::string(toString(s)) + "\">" +
+           std::string(toString(s)) + "</span> " + std::to_string(counts[severity(s)]) + "</span>";
+  out += "</div>\n";
+
+  std::vector<const CheckState*> sorted;
+  for (const auto& c : snap.checks) sorted.push_back(&c);
+  // Worst first: what an on-call engineer must act on comes before what is fine.
+  std::stable_sort(sorted.begin(), sorted.end(), [&](const CheckState* a, const CheckState* b) {
+    int sa = severity(a->result.status), sb = severity(b->result.status);
+    if (sa != sb) return sa > sb;
+    return required.count(a->result.check) > required.count(b->result.check);
+  });
+
+  bool any_problem = false;
+  for (const auto* c : sorted) {
+    if (c->result.status == Status::Pass) continue;
+    if (!any_problem) out += "<h2>Needs attention</h2>\n";
+    any_problem = true;
+    const CheckResult& r = c->result;
+    std::string st(toString(r.status));
+    out += "<article class=\"check b-" + st + "\" id=\"check-" + htmlEscape(r.check) +
+           "\" data-check=\"" + htmlEscape(r.check) + "\" data-status=\"" + st + "\"><h3><span class=\"badge s-" +
+           st + "\">" + st + "</span><span class=\"name\">" + htmlEscape(r.check) + "</span>";
+    if (required.count(r.check)) out += "<span class=\"req\" title=\"the VM gate requires this check\">REQUIRED</span>";
+    out += "<span class=\"reason\">" + htmlEscape(r.reason) + "</span></h3>";
+    renderCheckBody(out, *c, now);
+    out += "</article>\n";
+  }
+  if (!any_problem) out += "<h2>Needs attention</h2><p class=\"muted\">nothing: every check passes</p>\n";
+
+  out += "<h2>Passing</h2>\n<div class=\"passing\">";
+  bool any_pass = false;
+  for (const auto* c : sorted) {
+    if (c->result.status != Status::Pass) continue;
+    any_pass = true;
+    const CheckResult& r = c->result;
+    out += "<details class=\"check-pass\" id=\"check-" + htmlEscape(r.check) + "\" data-check=\"" +
+           htmlEscape(r.check) + "\" data-status=\"PASS\"><summary><span class=\"badge s-PASS\">PASS</span>"
+           "<span class=\"name\">" + htmlEscape(r.check) + "</span>";
+    if (required.count(r.check)) out += "<span class=\"req\">REQUIRED</span>";
+    out += "<span class=\"muted\">" + htmlEscape(r.message) + "</span></summary>";
+    renderCheckBody(out, *c, now);
+    out += "</details>";
+  }
+  if (!any_pass) out += "<p class=\"muted\" style=\"padding:6px 12px;margin:0\">no check passes</p>";
+  out += "</div>\n";
+
+  out += sections.render(snap);
+  out += "</main><footer>JSON: <a href=\"/api/v1/checks\">/api/v1/checks</a> &middot; "
+         "<a href=\"/metrics\">/metrics</a> &middot; <a href=\"/healthz\">/healthz</a> &middot; "
+         "<a href=\"/readyz\">/readyz</a> &middot; generation " + std::to_string(snap.generation) +
+         "</footer></body></html>\n";
+  return out;
+}
+
+}  // namespace nodegate

@@ -1,0 +1,59 @@
+// The on-call views of a snapshot: the HTML status page served at "/" on --debug-listen and the
+// JSON of /api/v1/checks. Both render cached state only.
+//
+// Extension point: PageSections. A component adds a section to the page with
+//   services.page.add("dns", "Guest DNS", [this](const Snapshot& s) { return html_fragment; });
+// The renderer runs on an HTTP worker thread for every page view: it must be thread-safe, quick,
+// and return a self-contained HTML fragment (no scripts, no external assets; escape every text
+// with htmlEscape from agent/publish/http_server.h). Sections appear below the checks, in the order added;
+// one that throws is replaced by an error note instead of breaking the page.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nodegate/snapshot.h"
+
+namespace nodegate {
+
+class PageSections {
+ public:
+  using Renderer = std::function<std::string(const Snapshot&)>;
+  // id: stable anchor (HTML id "section-<id>"); title: the section heading.
+  void add(std::string id, std::string title, Renderer render);
+  std::string render(const Snapshot& snapshot) const;
+
+ private:
+  struct Section {
+    std::string id, title;
+    Renderer render;
+  };
+  mutable std::mutex mu_;
+  std::vector<Section> sections_;
+};
+
+struct PageInfo {
+  std::string node;
+  std::string version;
+  int refresh_seconds = 10;
+  std::vector<std::string> required;  // checks the gate requires (shown as a tag)
+};
+
+std::string renderPage(const Snapshot& snapshot, const PageInfo& info,
+                       const PageSections& sections);
+
+// One check as /api/v1/checks/{name} returns it: toJson(result) plus published status, raw status,
+// since and last_run (RFC 3339 UTC).
+nlohmann::json checkStateJson(const CheckState& state);
+// The whole snapshot: { gate: {open, blockers}, complete, generation, taken, checks: [...] }.
+nlohmann::json snapshotJson(const Snapshot& snapshot);
+
+// RFC 3339 UTC with milliseconds ("2026-11-29T14:03:07.123Z"); "" for the epoch (never).
+std::string rfc3339(std::chrono::system_clock::time_point t);
+
+}  // namespace nodegate
