@@ -1,7 +1,7 @@
 // `nodegate agent` — the daemon: wires the loop (loop/runner.h), kernel event sources
-// (triggers/kernel_events.h), publishers (publish/metrics.h, publish/kube/kube.h or a logging stand-in), extensions
-// (extension.h) and the two HTTP listeners (http_server.h), then waits for signals:
-// SIGTERM/SIGINT stop everything within a second, SIGHUP reloads --config.
+// (triggers/kernel_events.h), publishers (publish/metrics.h, publish/kube/kube.h or a logging
+// stand-in), extensions (extension.h) and the two HTTP listeners (http_server.h), then waits for
+// signals: SIGTERM/SIGINT stop everything within a second, SIGHUP reloads --config.
 #include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
@@ -13,18 +13,18 @@
 #include <mutex>
 #include <thread>
 
-#include "publish/routes.h"
-#include "loop/runner.h"
 #include "cli/commands.h"
-#include "triggers/kernel_events.h"
 #include "extension.h"
-#include "publish/kube/kube.h"
 #include "kube/pv_source.h"
-#include "publish/metrics.h"
+#include "loop/runner.h"
 #include "nodegate/log.h"
 #include "nodegate/registry.h"
 #include "nodegate/version.h"
+#include "publish/kube/kube.h"
+#include "publish/metrics.h"
 #include "publish/page.h"
+#include "publish/routes.h"
+#include "triggers/kernel_events.h"
 
 namespace nodegate {
 namespace {
@@ -47,7 +47,8 @@ class LoggingPublisher final : public Publisher {
     std::string text;
     for (const auto& [k, v] : labels) text += (text.empty() ? "" : ",") + k + "=" + v;
     log::info("kube none: would set node labels",
-              {{"node", opts_.node_name}, {"labels", text},
+              {{"node", opts_.node_name},
+               {"labels", text},
                {"taint", taint ? opts_.prefix + "/not-ready:NoSchedule" : "none"}});
     last_ = std::move(labels);
     last_taint_ = taint;
@@ -88,8 +89,10 @@ int runAgent(const Options& opts) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  log::info("agent starting", {{"version", kVersion}, {"node", opts.node_name},
-                               {"host_root", opts.host_root}, {"kube", opts.kube}});
+  log::info("agent starting", {{"version", kVersion},
+                               {"node", opts.node_name},
+                               {"host_root", opts.host_root},
+                               {"kube", opts.kube}});
   HostRoot host = opts.hostRoot();
   auto registry = std::make_shared<prometheus::Registry>();
 
@@ -124,7 +127,9 @@ int runAgent(const Options& opts) {
   ep.registry = registry;
   ep.process = &process;
   ep.sections = &sections;
-  ep.page_info = PageInfo{opts.node_name, kVersion, 10,
+  ep.page_info = PageInfo{opts.node_name,
+                          kVersion,
+                          10,
                           {initial_config.required.begin(), initial_config.required.end()}};
   auto core_routes = std::make_shared<HttpRouter>();
   auto debug_routes = std::make_shared<HttpRouter>();
@@ -132,10 +137,11 @@ int runAgent(const Options& opts) {
   registerDebugRoutes(*debug_routes, ep);
 
   runner->start();
-  auto events = KernelEvents::start(host, [runner](std::uint32_t bits) { runner->trigger(bits); },
-                                    registry);
-  if (!events) log::warn("kernel events off: only the resync timer re-runs probes",
-                         {{"error", events.error().message}});
+  auto events = KernelEvents::start(
+      host, [runner](std::uint32_t bits) { runner->trigger(bits); }, registry);
+  if (!events)
+    log::warn("kernel events off: only the resync timer re-runs probes",
+              {{"error", events.error().message}});
 
   int rc = 0;
   std::vector<std::unique_ptr<HttpServer>> servers;
@@ -143,7 +149,8 @@ int runAgent(const Options& opts) {
                     HttpServer::Limits limits) {
     auto s = HttpServer::start(addr, routes, name, limits);
     if (!s) {
-      log::error("failed to start http listener", {{"listener", name}, {"error", s.error().message}});
+      log::error("failed to start http listener",
+                 {{"listener", name}, {"error", s.error().message}});
       return false;
     }
     servers.push_back(std::move(s).value());
@@ -155,12 +162,18 @@ int runAgent(const Options& opts) {
   HttpServer::Limits debug_limits;
   debug_limits.worker_threads = 2;
   if (!listen(opts.listen, core_routes, "metrics", HttpServer::Limits{}) ||
-      (!opts.debug_listen.empty() && !listen(opts.debug_listen, debug_routes, "debug", debug_limits)))
+      (!opts.debug_listen.empty() &&
+       !listen(opts.debug_listen, debug_routes, "debug", debug_limits)))
     rc = 1;
 
   // Extensions may take seconds to start (loading BPF programs): they start on their own thread
   // so /healthz, /metrics and signals are served meanwhile; routes they add appear when ready.
-  AgentServices services{opts,     host,     initial_config, registry, *debug_routes, sections,
+  AgentServices services{opts,
+                         host,
+                         initial_config,
+                         registry,
+                         *debug_routes,
+                         sections,
                          [runner](std::uint32_t bits) { runner->trigger(bits); },
                          [runner] { return runner->snapshot(); },
                          events ? events.value().get() : nullptr};
@@ -176,7 +189,8 @@ int runAgent(const Options& opts) {
         if (ext)
           extensions.push_back(std::move(ext).value());
         else
-          log::warn("extension not started", {{"extension", f.name}, {"error", ext.error().message}});
+          log::warn("extension not started",
+                    {{"extension", f.name}, {"error", ext.error().message}});
       }
       // Start-up is the agent's peak (the kernel's BTF parsed for the tracer, first probe runs,
       // the registry filled): hand the free pages it left inside the heaps back to the kernel.

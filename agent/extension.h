@@ -3,11 +3,13 @@
 // 1. Write a factory `Result<std::unique_ptr<Extension>> startMyThing(AgentServices& s)` that
 //    starts your threads and registers what you need through AgentServices:
 //      - s.registry:      the one prometheus::Registry (agent/publish/metrics.h) for your counters.
-//      - s.debug_routes:  routes on --debug-listen (agent/publish/http_server.h), e.g. /api/v1/dns/traces.
+//      - s.debug_routes:  routes on --debug-listen (agent/publish/http_server.h), e.g.
+//      /api/v1/dns/traces.
 //      - s.page:          an HTML section on the status page "/" (agent/publish/page.h).
 //      - s.trigger(bits): re-run the probes listening to those bits (any thread, returns at once).
 //      - s.snapshot():    the latest published state (cheap: a shared pointer).
-//      - s.kernel_events: the agent's kernel event sources (agent/triggers/kernel_events.h), to listen to link and
+//      - s.kernel_events: the agent's kernel event sources (agent/triggers/kernel_events.h), to
+//      listen to link and
 //                         netns changes with addListener() (remove it in your destructor); null
 //                         when none could be opened.
 // 2. Add ONE line for it to agentExtensions() in agent/extensions.cpp.
@@ -26,12 +28,12 @@
 
 #include <prometheus/registry.h>
 
-#include "publish/http_server.h"
+#include "cli/options.h"
 #include "nodegate/config.h"
 #include "nodegate/host_root.h"
 #include "nodegate/result.h"
 #include "nodegate/snapshot.h"
-#include "cli/options.h"
+#include "publish/http_server.h"
 #include "publish/page.h"
 
 namespace nodegate {

@@ -1,5 +1,5 @@
-/* The record the DNS tracer's BPF programs put on the ring buffer; shared by the programs in bpf/ and
- * user space. Plain C, fixed-width types only, no vmlinux types. Layout changes need both sides
+/* The record the DNS tracer's BPF programs put on the ring buffer; shared by the programs in bpf/
+ * and user space. Plain C, fixed-width types only, no vmlinux types. Layout changes need both sides
  * rebuilt (they are, in one build).
  *
  * Changelog (owner: bpf helper; tell the user-space side when this changes):
@@ -56,8 +56,9 @@
 #include <linux/types.h>
 #endif
 
-#define NG_DNS_QNAME_MAX 128 /* bytes of the question name kept, dotted, NUL-terminated (on the
-                                ring: bytes of the raw wire-format question captured) */
+#define NG_DNS_QNAME_MAX                                                 \
+  128 /* bytes of the question name kept, dotted, NUL-terminated (on the \
+         ring: bytes of the raw wire-format question captured) */
 
 /* Ring record sizes. With the ring's 8-byte header the three sizes take 128, 192 and 256 bytes of
  * ring: multiples of 64, so every record starts on a cache line and a record with a short question
@@ -87,35 +88,36 @@ enum ng_dns_dir {
 #define NG_F_TCP 0x0004       /* carried over TCP (length prefix parsed) */
 #define NG_F_IPV6 0x0008      /* IPv6 packet */
 #define NG_F_PARSE_ERR 0x0010 /* port 53 but not parseable DNS (qname empty) */
-#define NG_F_QNAME_TRUNC 0x0020 /* question longer than the capture (or the name longer than
-                                   NG_DNS_QNAME_MAX-1): qname is the captured prefix; qtype 0 if
-                                   it was not captured */
-#define NG_F_VLAN 0x0040        /* 802.1Q/802.1ad tag(s) in the frame (skipped, up to two) */
-#define NG_F_FRAG 0x0080        /* first fragment of a fragmented IP datagram */
-#define NG_F_HOP_SET 0x0100     /* hop looked up from the device map */
+#define NG_F_QNAME_TRUNC                                                                     \
+  0x0020                    /* question longer than the capture (or the name longer than     \
+                               NG_DNS_QNAME_MAX-1): qname is the captured prefix; qtype 0 if \
+                               it was not captured */
+#define NG_F_VLAN 0x0040    /* 802.1Q/802.1ad tag(s) in the frame (skipped, up to two) */
+#define NG_F_FRAG 0x0080    /* first fragment of a fragmented IP datagram */
+#define NG_F_HOP_SET 0x0100 /* hop looked up from the device map */
 
 struct ng_dns_event {
-  __u64 ts_ns;          /* bpf_ktime_get_ns() */
-  __u64 netns_cookie;   /* the netns cookie (SO_NETNS_COOKIE) where known, else 0: tc events get
-                           it from the loader's table of attached devices, drop events from
-                           struct net (on the ring, tc events carry the attachment id here) */
-  __u32 netns_ino;      /* inode of the skb's device netns (matches /proc/PID/ns/net); tc events
-                           of attached devices get it from the loader's table */
+  __u64 ts_ns;        /* bpf_ktime_get_ns() */
+  __u64 netns_cookie; /* the netns cookie (SO_NETNS_COOKIE) where known, else 0: tc events get
+                         it from the loader's table of attached devices, drop events from
+                         struct net (on the ring, tc events carry the attachment id here) */
+  __u32 netns_ino;    /* inode of the skb's device netns (matches /proc/PID/ns/net); tc events
+                         of attached devices get it from the loader's table */
   __u32 ifindex;
-  __u32 drop_reason;    /* NG_EV_DROP: enum skb_drop_reason value, decoded by name in user space */
-  __u16 kind;           /* enum ng_dns_event_kind */
-  __u16 dir;            /* enum ng_dns_dir */
-  __u8 saddr[16];       /* IPv4 in the first 4 bytes */
+  __u32 drop_reason; /* NG_EV_DROP: enum skb_drop_reason value, decoded by name in user space */
+  __u16 kind;        /* enum ng_dns_event_kind */
+  __u16 dir;         /* enum ng_dns_dir */
+  __u8 saddr[16];    /* IPv4 in the first 4 bytes */
   __u8 daddr[16];
-  __u16 sport;          /* host byte order */
+  __u16 sport; /* host byte order */
   __u16 dport;
   __u16 dns_id;
-  __u16 flags;          /* NG_F_* */
+  __u16 flags; /* NG_F_* */
   __u16 qtype;
   __u8 rcode;
-  __u8 hop;             /* hop class configured per attached device (user space assigns) */
+  __u8 hop; /* hop class configured per attached device (user space assigns) */
   __u16 pkt_len;
-  __u16 qrest;          /* bytes of the DNS message from the question on, clipped to 0xFFFF */
+  __u16 qrest; /* bytes of the DNS message from the question on, clipped to 0xFFFF */
   char qname[NG_DNS_QNAME_MAX]; /* delivered: dotted name; on the ring: raw question bytes */
 };
 

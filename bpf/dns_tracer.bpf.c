@@ -5,9 +5,9 @@
  * bpf_probe_read_kernel() for the tracepoint.
  *
  * Why these hooks: tc sees every frame on the KubeVirt devices (tap, bridge, veth) including
- * forwarded ones that never meet a socket; kprobes and fentry are unavailable on the target kernels,
- * and a raw tracepoint needs neither nor tracefs. Both only observe: tc returns TC_ACT_UNSPEC so the
- * next filter (or the default) decides, exactly as if we were not attached. */
+ * forwarded ones that never meet a socket; kprobes and fentry are unavailable on the target
+ * kernels, and a raw tracepoint needs neither nor tracefs. Both only observe: tc returns
+ * TC_ACT_UNSPEC so the next filter (or the default) decides, exactly as if we were not attached. */
 #include "vmlinux.h"
 
 #include <bpf/bpf_core_read.h>
@@ -55,7 +55,7 @@ struct {
   __type(value, struct ng_tcp_pending);
 } ng_tcp_split SEC(".maps");
 
-extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+extern void* bpf_cast_to_kern_ctx(void* obj) __ksym;
 
 #define ETH_P_IP_ 0x0800
 #define ETH_P_IPV6_ 0x86DD
@@ -68,9 +68,9 @@ extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
 /* Where packet bytes come from. Offsets are relative to `base` (tc: the frame start; kfree_skb:
  * the network header), `len` bytes are readable from there. */
 struct ng_src {
-  struct __sk_buff *skb; /* tc */
+  struct __sk_buff* skb; /* tc */
   __u8 *data, *data_end; /* tc: linear packet data, for direct reads */
-  const __u8 *base;      /* kfree_skb: kernel address of the network header */
+  const __u8* base;      /* kfree_skb: kernel address of the network header */
   __u32 len;
   bool kern;
 };
@@ -83,10 +83,10 @@ struct ng_meta {
   __u16 dport;
   __u16 flags;
   __u16 l3_len;
-  __u32 dns_off;    /* first byte of the DNS message (after the TCP length prefix) */
-  __u32 dns_end;    /* one past its last readable byte */
-  __u32 claim_end;  /* one past its last byte as the headers say (kfree_skb: may be paged) */
-  __u32 l3_end;     /* one past the last readable byte of the IP packet */
+  __u32 dns_off;   /* first byte of the DNS message (after the TCP length prefix) */
+  __u32 dns_end;   /* one past its last readable byte */
+  __u32 claim_end; /* one past its last byte as the headers say (kfree_skb: may be paged) */
+  __u32 l3_end;    /* one past the last readable byte of the IP packet */
   __u32 tcp_seq;
   __u16 tcp_prefix; /* the TCP length prefix as read */
   __u8 tcp_bare;    /* the segment is only a length prefix */
@@ -96,21 +96,16 @@ struct ng_meta {
 /* Out of line, like every rare path of the tc program: counting happens on exits a DNS packet
  * almost never takes, and an inlined map lookup at each of them would sit between the lines of
  * the common path (see ng_parse_general()). */
-static __noinline void ng_count(__u32 stat)
-{
-  __u64 *v = bpf_map_lookup_elem(&ng_stats, &stat);
+static __noinline void ng_count(__u32 stat) {
+  __u64* v = bpf_map_lookup_elem(&ng_stats, &stat);
 
-  if (v)
-    *v += 1;
+  if (v) *v += 1;
 }
 
 /* n must be a constant or a verifier-bounded value > 0 at every call site. */
-static __always_inline int ng_load(const struct ng_src *s, __u32 off, void *dst, __u64 n)
-{
-  if (off > s->len || n > s->len - off)
-    return -1;
-  if (s->kern)
-    return bpf_probe_read_kernel(dst, n, s->base + off);
+static __always_inline int ng_load(const struct ng_src* s, __u32 off, void* dst, __u64 n) {
+  if (off > s->len || n > s->len - off) return -1;
+  if (s->kern) return bpf_probe_read_kernel(dst, n, s->base + off);
   return bpf_skb_load_bytes(s->skb, off, dst, n);
 }
 
@@ -120,61 +115,54 @@ static __always_inline int ng_load(const struct ng_src *s, __u32 off, void *dst,
  * skipped, not read through a slower fallback, which would double the paths the verifier walks at
  * every read. The tracepoint copies them into buf (8-aligned: the verifier wants aligned stack
  * reads) with bpf_probe_read_kernel(). */
-#define NG_HDR(s, off, buf, n)                                                                   \
-  ({                                                                                             \
-    const __u8 *__p = NULL;                                                                      \
-    __u32 __o = (off);                                                                           \
-    if ((s)->kern) {                                                                             \
-      if (!ng_load((s), __o, (buf), (n)))                                                        \
-        __p = (const __u8 *)(buf);                                                               \
-    } else if (__o < 0x3FFF && (s)->data + __o + (n) <= (s)->data_end) {                         \
-      __p = (s)->data + __o;                                                                     \
-    }                                                                                            \
-    __p;                                                                                         \
+#define NG_HDR(s, off, buf, n)                                           \
+  ({                                                                     \
+    const __u8* __p = NULL;                                              \
+    __u32 __o = (off);                                                   \
+    if ((s)->kern) {                                                     \
+      if (!ng_load((s), __o, (buf), (n))) __p = (const __u8*)(buf);      \
+    } else if (__o < 0x3FFF && (s)->data + __o + (n) <= (s)->data_end) { \
+      __p = (s)->data + __o;                                             \
+    }                                                                    \
+    __p;                                                                 \
   })
 
 /* Payload bytes: direct when they are in the linear data (every UDP message), copied into buf
  * through the helper otherwise (a TCP socket puts what it sends in page fragments, so the linear
  * data of a real segment ends with the TCP header). */
-#define NG_PAYLOAD(s, off, buf, n)                                                               \
-  ({                                                                                             \
-    const __u8 *__p = NULL;                                                                      \
-    __u32 __o = (off);                                                                           \
-    if (!(s)->kern && __o < 0x3FFF && (s)->data + __o + (n) <= (s)->data_end)                    \
-      __p = (s)->data + __o;                                                                     \
-    else if (!ng_load((s), __o, (buf), (n)))                                                     \
-      __p = (const __u8 *)(buf);                                                                 \
-    __p;                                                                                         \
+#define NG_PAYLOAD(s, off, buf, n)                                            \
+  ({                                                                          \
+    const __u8* __p = NULL;                                                   \
+    __u32 __o = (off);                                                        \
+    if (!(s)->kern && __o < 0x3FFF && (s)->data + __o + (n) <= (s)->data_end) \
+      __p = (s)->data + __o;                                                  \
+    else if (!ng_load((s), __o, (buf), (n)))                                  \
+      __p = (const __u8*)(buf);                                               \
+    __p;                                                                      \
   })
 
 /* Field reads and copies at even (16-bit) and 4-byte offsets of a header: one load each instead
  * of the byte loads clang emits for a u8 pointer. Packet data may be unaligned, which the
  * architectures we build for (x86, arm64) load fine and the verifier accepts for packets; stack
  * buffers are 8-aligned and read at aligned offsets, as the verifier requires. */
-static __always_inline __u16 ng_be16(const __u8 *p)
-{
-  return bpf_ntohs(*(const __u16 *)p);
+static __always_inline __u16 ng_be16(const __u8* p) {
+  return bpf_ntohs(*(const __u16*)p);
 }
 
-static __always_inline __u32 ng_be32(const __u8 *p)
-{
-  return bpf_ntohl(*(const __u32 *)p);
+static __always_inline __u32 ng_be32(const __u8* p) {
+  return bpf_ntohl(*(const __u32*)p);
 }
 
-static __always_inline void ng_cp4(__u8 *dst, const __u8 *src)
-{
-  *(__u32 *)dst = *(const __u32 *)src;
+static __always_inline void ng_cp4(__u8* dst, const __u8* src) {
+  *(__u32*)dst = *(const __u32*)src;
 }
 
-static __always_inline void ng_cp16(__u8 *dst, const __u8 *src)
-{
+static __always_inline void ng_cp16(__u8* dst, const __u8* src) {
 #pragma unroll
-  for (int i = 0; i < 16; i += 4)
-    *(__u32 *)(dst + i) = *(const __u32 *)(src + i);
+  for (int i = 0; i < 16; i += 4) *(__u32*)(dst + i) = *(const __u32*)(src + i);
 }
 
-static __always_inline __u32 ng_min(__u32 a, __u32 b)
-{
+static __always_inline __u32 ng_min(__u32 a, __u32 b) {
   return a < b ? a : b;
 }
 
@@ -182,59 +170,52 @@ static __always_inline __u32 ng_min(__u32 a, __u32 b)
  * DNS traffic carries at most a fragment header; every header kind a walk can take multiplies the
  * paths the verifier explores, so the walk stops (and counts NG_STAT_EXT) after a few. */
 #define NG_IPV6_EXT_MAX 3
-static __always_inline int ng_ipv6_ext(const struct ng_src *s, __u32 *off, __u8 next,
-                                       struct ng_meta *m)
-{
+static __always_inline int ng_ipv6_ext(const struct ng_src* s, __u32* off, __u8 next,
+                                       struct ng_meta* m) {
   __u8 buf[8] __attribute__((aligned(8)));
-  const __u8 *h;
+  const __u8* h;
 
 #pragma unroll
   for (int i = 0; i < NG_IPV6_EXT_MAX; i++) {
     switch (next) {
-    case IPPROTO_UDP_:
-    case IPPROTO_TCP_:
-      return next;
-    case 0:  /* hop-by-hop options */
-    case 43: /* routing */
-    case 60: /* destination options */
-      h = NG_HDR(s, *off, buf, 2);
-      if (!h)
-        return -1;
-      next = h[0];
-      *off += ((__u32)h[1] + 1) * 8;
-      break;
-    case 51: /* AH: length in 4-octet units minus 2 */
-      h = NG_HDR(s, *off, buf, 2);
-      if (!h)
-        return -1;
-      next = h[0];
-      *off += ((__u32)h[1] + 2) * 4;
-      break;
-    case 44: { /* fragment */
-      h = NG_HDR(s, *off, buf, 8);
-      if (!h)
-        return -1;
-      __u16 fo = ng_be16(&h[2]);
-      if (fo & 0xFFF8) { /* offset != 0: no L4 header here */
-        ng_count(NG_STAT_FRAG);
-        return -1;
+      case IPPROTO_UDP_:
+      case IPPROTO_TCP_:
+        return next;
+      case 0:  /* hop-by-hop options */
+      case 43: /* routing */
+      case 60: /* destination options */
+        h = NG_HDR(s, *off, buf, 2);
+        if (!h) return -1;
+        next = h[0];
+        *off += ((__u32)h[1] + 1) * 8;
+        break;
+      case 51: /* AH: length in 4-octet units minus 2 */
+        h = NG_HDR(s, *off, buf, 2);
+        if (!h) return -1;
+        next = h[0];
+        *off += ((__u32)h[1] + 2) * 4;
+        break;
+      case 44: { /* fragment */
+        h = NG_HDR(s, *off, buf, 8);
+        if (!h) return -1;
+        __u16 fo = ng_be16(&h[2]);
+        if (fo & 0xFFF8) { /* offset != 0: no L4 header here */
+          ng_count(NG_STAT_FRAG);
+          return -1;
+        }
+        if (fo & 1) m->flags |= NG_F_FRAG;
+        next = h[0];
+        *off += 8;
+        break;
       }
-      if (fo & 1)
-        m->flags |= NG_F_FRAG;
-      next = h[0];
-      *off += 8;
-      break;
-    }
-    case 59: /* no next header */
-      return -1;
-    default: /* ESP (encrypted) and anything else we cannot see through */
-      if (next == 50)
-        ng_count(NG_STAT_EXT);
-      return -1;
+      case 59: /* no next header */
+        return -1;
+      default: /* ESP (encrypted) and anything else we cannot see through */
+        if (next == 50) ng_count(NG_STAT_EXT);
+        return -1;
     }
   }
-  if (next == IPPROTO_UDP_ || next == IPPROTO_TCP_)
-    return next;
+  if (next == IPPROTO_UDP_ || next == IPPROTO_TCP_) return next;
   ng_count(NG_STAT_EXT);
   return -1;
 }
@@ -245,49 +226,41 @@ static __always_inline int ng_ipv6_ext(const struct ng_src *s, __u32 *off, __u8 
  * together. With `udp_only` (a constant: tc's inline IPv4 path, see ng_tc()) a TCP segment returns
  * 1 instead, for the caller to hand the packet to the general parser, so the TCP code is not
  * inlined into the common path. */
-static __always_inline int ng_parse_l3(const struct ng_src *s, __u32 off, int version,
-                                       struct ng_meta *m, const bool udp_only)
-{
+static __always_inline int ng_parse_l3(const struct ng_src* s, __u32 off, int version,
+                                       struct ng_meta* m, const bool udp_only) {
   __u8 buf[40] __attribute__((aligned(8)));
-  const __u8 *h;
+  const __u8* h;
   __u32 l3_off = off, claim_end;
   int proto;
 
   if (version == 4) {
     h = NG_HDR(s, off, buf, 20);
-    if (!h)
-      return -1;
+    if (!h) return -1;
     __u32 ihl = (h[0] & 0x0F) * 4;
     __u16 fo = ng_be16(&h[6]);
-    if ((h[0] >> 4) != 4 || ihl < 20)
-      return -1;
+    if ((h[0] >> 4) != 4 || ihl < 20) return -1;
     proto = h[9];
-    if (proto != IPPROTO_UDP_ && proto != IPPROTO_TCP_)
-      return -1;
+    if (proto != IPPROTO_UDP_ && proto != IPPROTO_TCP_) return -1;
     if (fo & 0x1FFF) {
       ng_count(NG_STAT_FRAG);
       return -1;
     }
-    if (fo & 0x2000)
-      m->flags |= NG_F_FRAG;
+    if (fo & 0x2000) m->flags |= NG_F_FRAG;
     ng_cp4(m->saddr, &h[12]);
     ng_cp4(m->daddr, &h[16]);
     claim_end = l3_off + ng_be16(&h[2]);
     off += ihl;
   } else {
     h = NG_HDR(s, off, buf, 40);
-    if (!h)
-      return -1;
-    if ((h[0] >> 4) != 6)
-      return -1;
+    if (!h) return -1;
+    if ((h[0] >> 4) != 6) return -1;
     ng_cp16(m->saddr, &h[8]);
     ng_cp16(m->daddr, &h[24]);
     m->flags |= NG_F_IPV6;
     claim_end = l3_off + 40 + ng_be16(&h[4]);
     off += 40;
     proto = ng_ipv6_ext(s, &off, h[6], m);
-    if (proto < 0)
-      return -1;
+    if (proto < 0) return -1;
   }
   /* A truncated capture (or a lying length field) ends where the bytes end. */
   __u32 l3_end = ng_min(claim_end, s->len);
@@ -296,12 +269,10 @@ static __always_inline int ng_parse_l3(const struct ng_src *s, __u32 off, int ve
 
   if (proto == IPPROTO_UDP_) {
     h = NG_HDR(s, off, buf, 8);
-    if (!h)
-      return -1;
+    if (!h) return -1;
     m->sport = ng_be16(&h[0]);
     m->dport = ng_be16(&h[2]);
-    if (m->sport != NG_DNS_PORT && m->dport != NG_DNS_PORT)
-      return -1;
+    if (m->sport != NG_DNS_PORT && m->dport != NG_DNS_PORT) return -1;
     m->dns_off = off + 8;
     m->claim_end = ng_min(claim_end, off + ng_be16(&h[4]));
     m->dns_end = ng_min(l3_end, m->claim_end);
@@ -310,28 +281,23 @@ static __always_inline int ng_parse_l3(const struct ng_src *s, __u32 off, int ve
   if (udp_only) {
     /* TCP's ports are where UDP's are: only a port-53 segment is worth the general parser. */
     h = NG_HDR(s, off, buf, 4);
-    if (!h || (ng_be16(&h[0]) != NG_DNS_PORT && ng_be16(&h[2]) != NG_DNS_PORT))
-      return -1;
+    if (!h || (ng_be16(&h[0]) != NG_DNS_PORT && ng_be16(&h[2]) != NG_DNS_PORT)) return -1;
     return 1;
   }
 
   h = NG_HDR(s, off, buf, 20);
-  if (!h)
-    return -1;
+  if (!h) return -1;
   m->sport = ng_be16(&h[0]);
   m->dport = ng_be16(&h[2]);
-  if (m->sport != NG_DNS_PORT && m->dport != NG_DNS_PORT)
-    return -1;
-  if ((h[12] >> 4) < 5)
-    return -1;
+  if (m->sport != NG_DNS_PORT && m->dport != NG_DNS_PORT) return -1;
+  if ((h[12] >> 4) < 5) return -1;
   m->tcp_seq = ng_be32(&h[4]);
   off += (h[12] >> 4) * 4;
   /* SYN, ACK, FIN: no payload, nothing to report, decided from the lengths alone. A segment
    * carrying a message starts with the 2-byte length prefix (RFC 1035 4.2.2), unless the sender
    * wrote the prefix in a segment of its own (see ng_tcp_split). Later segments of a long message
    * fail the header check. */
-  if (off >= claim_end)
-    return -1;
+  if (off >= claim_end) return -1;
   m->flags |= NG_F_TCP;
   m->dns_off = off + 2;
   m->claim_end = claim_end;
@@ -340,8 +306,7 @@ static __always_inline int ng_parse_l3(const struct ng_src *s, __u32 off, int ve
     return 0;
   }
   h = NG_PAYLOAD(s, off, buf, 2);
-  if (!h)
-    return -1;
+  if (!h) return -1;
   m->tcp_prefix = ng_be16(&h[0]);
   m->tcp_bare = claim_end - off == 2;
   m->tcp_odd = claim_end - off != 2 + (__u32)m->tcp_prefix;
@@ -353,8 +318,7 @@ static __always_inline int ng_parse_l3(const struct ng_src *s, __u32 off, int ve
  * a bare prefix of the same flow that ends where this segment starts, the segment is that message
  * without its prefix. A bare prefix itself is remembered and never reported. Returns -1 to skip.
  * Out of line: rare, and its map calls are many lines of code (see ng_count()). */
-static __noinline int ng_tcp_split_fix(struct ng_meta *m, __u32 where, __u32 ifindex)
-{
+static __noinline int ng_tcp_split_fix(struct ng_meta* m, __u32 where, __u32 ifindex) {
   struct ng_tcp_flow k = {.where = where, .ifindex = ifindex, .sport = m->sport, .dport = m->dport};
 
   ng_cp16(k.saddr, m->saddr);
@@ -365,7 +329,7 @@ static __noinline int ng_tcp_split_fix(struct ng_meta *m, __u32 where, __u32 ifi
     ng_count(NG_STAT_TCP_PREFIX);
     return -1;
   }
-  struct ng_tcp_pending *p = bpf_map_lookup_elem(&ng_tcp_split, &k);
+  struct ng_tcp_pending* p = bpf_map_lookup_elem(&ng_tcp_split, &k);
   if (p && p->next_seq == m->tcp_seq) {
     __u16 len = p->msg_len;
     bpf_map_delete_elem(&ng_tcp_split, &k);
@@ -378,10 +342,8 @@ static __noinline int ng_tcp_split_fix(struct ng_meta *m, __u32 where, __u32 ifi
 
 /* Enough bytes for a DNS header? A kfree_skb copy whose headers claim more than its linear data
  * holds has its payload in page fragments, which the tracepoint cannot read: counted apart. */
-static __always_inline int ng_dns_bounds(const struct ng_src *s, const struct ng_meta *m)
-{
-  if (m->dns_end >= m->dns_off + 12)
-    return 0;
+static __always_inline int ng_dns_bounds(const struct ng_src* s, const struct ng_meta* m) {
+  if (m->dns_end >= m->dns_off + 12) return 0;
   ng_count(s->kern && m->claim_end >= m->dns_off + 12 ? NG_STAT_PAGED : NG_STAT_SHORT);
   return -1;
 }
@@ -395,28 +357,24 @@ static __always_inline int ng_dns_bounds(const struct ng_src *s, const struct ng
  * from the linear data with word loads when the record's worth is there, or, for the smallest
  * record, when at least 8 bytes are; through one bounded helper call otherwise (TCP payload in
  * page fragments, kfree_skb, the rare longer question that ends before its record's room). */
-static __always_inline void ng_question(const struct ng_src *s, __u32 qoff, __u32 avail,
-                                        struct ng_dns_event *ev, const __u32 cap)
-{
+static __always_inline void ng_question(const struct ng_src* s, __u32 qoff, __u32 avail,
+                                        struct ng_dns_event* ev, const __u32 cap) {
   const __u32 w = cap < NG_DNS_QNAME_MAX ? cap : NG_DNS_QNAME_MAX;
 
   ev->qrest = avail > 0xFFFF ? 0xFFFF : avail;
   if (!s->kern && qoff < 0x3FFF && s->data + qoff + w <= s->data_end) {
     /* Word copies; the packet side may be unaligned, which x86 and arm64 load fine. */
-    const __u64 *src = (const __u64 *)(s->data + qoff);
-    __u64 *dst = (__u64 *)ev->qname;
+    const __u64* src = (const __u64*)(s->data + qoff);
+    __u64* dst = (__u64*)ev->qname;
 #pragma unroll
-    for (int i = 0; i < w / 8; i++)
-      dst[i] = src[i];
+    for (int i = 0; i < w / 8; i++) dst[i] = src[i];
     return;
   }
   /* 64-bit so the compiler checks the very register it passes to the helper. */
   __u64 n = avail;
-  if (n > w)
-    n = w;
+  if (n > w) n = w;
   barrier_var(n);
-  if (n == 0 || n > w)
-    goto none;
+  if (n == 0 || n > w) goto none;
   /* The smallest record, with fewer bytes left in the linear data than it has room for (every
    * query and short answer): whole words, then the last 8 bytes once more, ending where the message
    * ends. The helper call and its kernel code cost more at low rates than these few loads. */
@@ -426,21 +384,19 @@ static __always_inline void ng_question(const struct ng_src *s, __u32 qoff, __u3
   __u64 q = qoff;
   barrier_var(q);
   if (cap == NG_DNS_REC_Q1 && !s->kern && n >= 8 && q < 0x3FFF) {
-    const __u8 *src = s->data + q;
-    const __u8 *tail = src + (n - 8);
+    const __u8* src = s->data + q;
+    const __u8* tail = src + (n - 8);
     if (tail + 8 <= s->data_end) {
-      *(__u64 *)(ev->qname + (n - 8)) = *(const __u64 *)tail;
+      *(__u64*)(ev->qname + (n - 8)) = *(const __u64*)tail;
 #pragma unroll
       for (int i = 0; i < NG_DNS_REC_Q1 / 8; i++) {
-        if (8 * (i + 1) > n || src + 8 * (i + 1) > s->data_end)
-          break;
-        ((__u64 *)ev->qname)[i] = ((const __u64 *)src)[i];
+        if (8 * (i + 1) > n || src + 8 * (i + 1) > s->data_end) break;
+        ((__u64*)ev->qname)[i] = ((const __u64*)src)[i];
       }
       return;
     }
   }
-  if (!ng_load(s, qoff, ev->qname, n))
-    return;
+  if (!ng_load(s, qoff, ev->qname, n)) return;
 none:
   ev->qrest = 0; /* nothing captured: the loader reports a parse error */
 }
@@ -459,26 +415,20 @@ none:
  * way the parser can reach it (that took the tc program from 145k to 450k-860k instructions
  * verified), at the price of a BPF-to-BPF call. */
 #define NG_QWALK_LABELS 16
-__noinline int ng_question_need(struct __sk_buff *skb, __u32 qoff)
-{
-  const __u8 *data = (const __u8 *)(long)skb->data;
-  const __u8 *data_end = (const __u8 *)(long)skb->data_end;
+__noinline int ng_question_need(struct __sk_buff* skb, __u32 qoff) {
+  const __u8* data = (const __u8*)(long)skb->data;
+  const __u8* data_end = (const __u8*)(long)skb->data_end;
   __u32 pos = 0;
 
-  if (qoff >= 0x3FFF)
-    return NG_DNS_QNAME_MAX;
+  if (qoff >= 0x3FFF) return NG_DNS_QNAME_MAX;
 #pragma clang loop unroll(disable)
   for (int i = 0; i < NG_QWALK_LABELS; i++) {
-    if (pos >= NG_DNS_QNAME_MAX)
-      break;
-    const __u8 *p = data + qoff + pos;
-    if (p + 1 > data_end)
-      break;
+    if (pos >= NG_DNS_QNAME_MAX) break;
+    const __u8* p = data + qoff + pos;
+    if (p + 1 > data_end) break;
     __u8 len = *p;
-    if (len == 0)
-      return pos + 3; /* zero byte and qtype */
-    if (len & 0xC0)
-      return pos + 1;
+    if (len == 0) return pos + 3; /* zero byte and qtype */
+    if (len & 0xC0) return pos + 1;
     pos += len + 1;
   }
   return NG_DNS_QNAME_MAX;
@@ -486,13 +436,11 @@ __noinline int ng_question_need(struct __sk_buff *skb, __u32 qoff)
 
 /* A record with room for `cap` question bytes (a constant at every call, so the reservation's
  * size is one too), the question copied in; NULL when the ring is full. */
-static __always_inline struct ng_dns_event *ng_reserve(const struct ng_src *s, __u32 qoff,
-                                                       __u32 avail, const __u32 cap)
-{
-  struct ng_dns_event *ev = bpf_ringbuf_reserve(&ng_events, NG_DNS_REC_HEAD + cap, 0);
+static __always_inline struct ng_dns_event* ng_reserve(const struct ng_src* s, __u32 qoff,
+                                                       __u32 avail, const __u32 cap) {
+  struct ng_dns_event* ev = bpf_ringbuf_reserve(&ng_events, NG_DNS_REC_HEAD + cap, 0);
 
-  if (ev)
-    ng_question(s, qoff, avail, ev, cap);
+  if (ev) ng_question(s, qoff, avail, ev, cap);
   return ev;
 }
 
@@ -506,16 +454,14 @@ struct ng_where {
   __u16 dir;
 };
 
-static __always_inline void ng_emit(const struct ng_src *s, const struct ng_meta *m,
-                                    const struct ng_where *w)
-{
+static __always_inline void ng_emit(const struct ng_src* s, const struct ng_meta* m,
+                                    const struct ng_where* w) {
   __u8 buf[12] __attribute__((aligned(8)));
-  struct ng_dns_event *ev;
+  struct ng_dns_event* ev;
   __u32 qoff = m->dns_off + 12;
-  const __u8 *hdr = NG_PAYLOAD(s, m->dns_off, buf, 12);
+  const __u8* hdr = NG_PAYLOAD(s, m->dns_off, buf, 12);
 
-  if (!hdr)
-    return;
+  if (!hdr) return;
   __u16 fl = ng_be16(&hdr[2]);
   __u8 opcode = (fl >> 11) & 0xF;
   /* Every DNS message in use carries exactly one question; opcodes 3 and 7–15 are unassigned.
@@ -560,10 +506,8 @@ static __always_inline void ng_emit(const struct ng_src *s, const struct ng_meta
   ev->dport = m->dport;
   ev->dns_id = ng_be16(&hdr[0]);
   ev->flags = m->flags;
-  if (fl & 0x8000)
-    ev->flags |= NG_F_QR;
-  if (fl & 0x0200)
-    ev->flags |= NG_F_TC;
+  if (fl & 0x8000) ev->flags |= NG_F_QR;
+  if (fl & 0x0200) ev->flags |= NG_F_TC;
   ev->rcode = fl & 0xF;
   ev->pkt_len = m->l3_len;
 
@@ -578,9 +522,8 @@ static __always_inline void ng_emit(const struct ng_src *s, const struct ng_meta
 
 /* The TCP fix-up and the length check, shared by both hooks once the packet's netns and device
  * are known. */
-static __always_inline int ng_finish(const struct ng_src *s, struct ng_meta *m,
-                                     const struct ng_where *w)
-{
+static __always_inline int ng_finish(const struct ng_src* s, struct ng_meta* m,
+                                     const struct ng_where* w) {
   /* A tc run of one of our filters names its device by attachment id, anything else by netns. */
   if ((m->tcp_bare || m->tcp_odd) &&
       ng_tcp_split_fix(m, w->netns_ino ? w->netns_ino : (__u32)w->netns_cookie, w->ifindex))
@@ -596,40 +539,34 @@ static __always_inline int ng_finish(const struct ng_src *s, struct ng_meta *m,
  * −30 ns there (docs/benchmarks/dns-bpf.md, round 6). m is cleared first: the inline path may
  * have written parts of it before it gave up on a TCP segment. Returns what ng_parse_l3() does
  * without `udp_only`: 0 or -1. */
-static __noinline int ng_parse_general(struct __sk_buff *skb, struct ng_meta *m)
-{
+static __noinline int ng_parse_general(struct __sk_buff* skb, struct ng_meta* m) {
   struct ng_src s = {
       .skb = skb,
-      .data = (__u8 *)(long)skb->data,
-      .data_end = (__u8 *)(long)skb->data_end,
+      .data = (__u8*)(long)skb->data,
+      .data_end = (__u8*)(long)skb->data_end,
       .len = skb->len,
   };
   __u8 buf[2] __attribute__((aligned(8)));
-  const __u8 *eth;
+  const __u8* eth;
   __u32 off = 14;
   __u16 proto;
 
   __builtin_memset(m, 0, sizeof(*m));
   eth = NG_HDR(&s, 12, buf, 2);
-  if (!eth)
-    return -1;
+  if (!eth) return -1;
   proto = ng_be16(eth);
   /* Up to two tags (802.1ad outer + 802.1Q inner); an offloaded tag is not in the data at all. */
 #pragma unroll
   for (int i = 0; i < 2; i++) {
-    if (proto != ETH_P_8021Q_ && proto != ETH_P_8021AD_)
-      break;
+    if (proto != ETH_P_8021Q_ && proto != ETH_P_8021AD_) break;
     eth = NG_HDR(&s, off + 2, buf, 2);
-    if (!eth)
-      return -1;
+    if (!eth) return -1;
     proto = ng_be16(eth);
     off += 4;
     m->flags |= NG_F_VLAN;
   }
-  if (proto == ETH_P_IP_)
-    return ng_parse_l3(&s, off, 4, m, false);
-  if (proto == ETH_P_IPV6_)
-    return ng_parse_l3(&s, off, 6, m, false);
+  if (proto == ETH_P_IP_) return ng_parse_l3(&s, off, 4, m, false);
+  if (proto == ETH_P_IPV6_) return ng_parse_l3(&s, off, 6, m, false);
   return -1;
 }
 
@@ -645,12 +582,11 @@ struct sk_buff___ng {
 } __attribute__((preserve_access_index));
 
 SEC("tc")
-int ng_tc(struct __sk_buff *skb)
-{
+int ng_tc(struct __sk_buff* skb) {
   struct ng_src s = {
       .skb = skb,
-      .data = (__u8 *)(long)skb->data,
-      .data_end = (__u8 *)(long)skb->data_end,
+      .data = (__u8*)(long)skb->data,
+      .data_end = (__u8*)(long)skb->data_end,
       .len = skb->len,
   };
   struct ng_meta m = {};
@@ -658,22 +594,19 @@ int ng_tc(struct __sk_buff *skb)
   int r = 1;
 
   /* Cheap exit for what cannot be IP (ARP, LLDP...) before touching packet bytes. */
-  if (proto != ETH_P_IP_ && proto != ETH_P_IPV6_ && proto != ETH_P_8021Q_ &&
-      proto != ETH_P_8021AD_)
+  if (proto != ETH_P_IP_ && proto != ETH_P_IPV6_ && proto != ETH_P_8021Q_ && proto != ETH_P_8021AD_)
     return TC_ACT_UNSPEC_;
   /* The common case inline: an untagged IPv4 UDP packet (EtherType 0x0800 in the frame itself).
    * Everything else goes through ng_parse_general(). */
   if (proto == ETH_P_IP_ && s.data + 14 <= s.data_end && ng_be16(s.data + 12) == ETH_P_IP_)
     r = ng_parse_l3(&s, 14, 4, &m, true);
-  if (r > 0)
-    r = ng_parse_general(skb, &m);
-  if (r)
-    return TC_ACT_UNSPEC_;
+  if (r > 0) r = ng_parse_general(skb, &m);
+  if (r) return TC_ACT_UNSPEC_;
 
   /* The kernel skb behind the context is a BTF pointer: plain (CO-RE relocated) loads walk it,
    * much cheaper than a bpf_probe_read_kernel() per hop. */
-  struct sk_buff *kskb = bpf_cast_to_kern_ctx(skb);
-  struct sk_buff___ng *kbits = (void *)kskb;
+  struct sk_buff* kskb = bpf_cast_to_kern_ctx(skb);
+  struct sk_buff___ng* kbits = (void*)kskb;
   /* Which attachment this run is for: the loader gives each filter it adds a classid, and cls_bpf
    * writes it into the skb's qdisc cb (tc_classid, 16 bits) just before running the program, so
    * it is a load from a line of the skb. The loader knows each attachment's netns (inode and
@@ -688,10 +621,8 @@ int ng_tc(struct __sk_buff *skb)
       .kind = NG_EV_PACKET,
       .dir = BPF_CORE_READ_BITFIELD(kbits, tc_at_ingress) ? NG_DIR_INGRESS : NG_DIR_EGRESS,
   };
-  if (!attach_id)
-    w.netns_ino = kskb->dev->nd_net.net->ns.inum;
-  if (ng_finish(&s, &m, &w))
-    return TC_ACT_UNSPEC_;
+  if (!attach_id) w.netns_ino = kskb->dev->nd_net.net->ns.inum;
+  if (ng_finish(&s, &m, &w)) return TC_ACT_UNSPEC_;
   ng_emit(&s, &m, &w);
   return TC_ACT_UNSPEC_;
 }
@@ -706,69 +637,58 @@ int ng_tc(struct __sk_buff *skb)
  * picks one. */
 #define NG_SKB_READ(btf, skb, field) ((btf) ? (skb)->field : BPF_CORE_READ((skb), field))
 
-static __always_inline int ng_drop(struct sk_buff *skb, __u32 reason, const bool btf)
-{
-  if (!ng_reason_is_drop(reason))
-    return 0;
+static __always_inline int ng_drop(struct sk_buff* skb, __u32 reason, const bool btf) {
+  if (!ng_reason_is_drop(reason)) return 0;
 
   __u16 nh = NG_SKB_READ(btf, skb, network_header);
-  unsigned char *head = NG_SKB_READ(btf, skb, head);
-  unsigned char *data = NG_SKB_READ(btf, skb, data);
+  unsigned char* head = NG_SKB_READ(btf, skb, head);
+  unsigned char* data = NG_SKB_READ(btf, skb, data);
   __u32 linear = NG_SKB_READ(btf, skb, len) - NG_SKB_READ(btf, skb, data_len);
-  if (nh == (__u16)~0U || !head)
-    return 0;
-  const __u8 *l3 = head + nh;
-  const __u8 *end = data + linear;
-  if (end <= l3 || end - l3 > 0xFFFF)
-    return 0;
+  if (nh == (__u16)~0U || !head) return 0;
+  const __u8* l3 = head + nh;
+  const __u8* end = data + linear;
+  if (end <= l3 || end - l3 > 0xFFFF) return 0;
 
   struct ng_src s = {.base = l3, .len = (__u32)(end - l3), .kern = true};
   struct ng_meta m = {};
   __u8 v;
-  if (bpf_probe_read_kernel(&v, 1, l3))
-    return 0;
+  if (bpf_probe_read_kernel(&v, 1, l3)) return 0;
   v >>= 4;
   if (v == 4) {
-    if (ng_parse_l3(&s, 0, 4, &m, false))
-      return 0;
+    if (ng_parse_l3(&s, 0, 4, &m, false)) return 0;
   } else if (v == 6) {
-    if (ng_parse_l3(&s, 0, 6, &m, false))
-      return 0;
+    if (ng_parse_l3(&s, 0, 6, &m, false)) return 0;
   } else {
     return 0;
   }
 
   /* The device's netns names the hop; an skb already detached from its device (socket layer)
    * still has its socket's. Only DNS packets get here, so CO-RE reads are fine. */
-  struct net_device *dev = BPF_CORE_READ(skb, dev);
-  struct net *net = NULL;
+  struct net_device* dev = BPF_CORE_READ(skb, dev);
+  struct net* net = NULL;
   struct ng_where w = {.kind = NG_EV_DROP, .dir = NG_DIR_NONE, .drop_reason = reason};
   if (dev) {
     w.ifindex = BPF_CORE_READ(dev, ifindex);
     net = BPF_CORE_READ(dev, nd_net.net);
   } else {
-    struct sock *sk = BPF_CORE_READ(skb, sk);
-    if (sk)
-      net = BPF_CORE_READ(sk, __sk_common.skc_net.net);
+    struct sock* sk = BPF_CORE_READ(skb, sk);
+    if (sk) net = BPF_CORE_READ(sk, __sk_common.skc_net.net);
   }
   if (net) {
     w.netns_ino = BPF_CORE_READ(net, ns.inum);
     w.netns_cookie = ng_net_cookie(net);
   }
-  if (ng_finish(&s, &m, &w))
-    return 0;
+  if (ng_finish(&s, &m, &w)) return 0;
   ng_emit(&s, &m, &w);
   return 0;
 }
 
 SEC("tp_btf/kfree_skb")
-int BPF_PROG(ng_kfree_skb_btf, struct sk_buff *skb, void *location, enum skb_drop_reason reason)
-{
+int BPF_PROG(ng_kfree_skb_btf, struct sk_buff* skb, void* location, enum skb_drop_reason reason) {
   return ng_drop(skb, reason, true);
 }
 
 SEC("raw_tp/kfree_skb")
-int BPF_PROG(ng_kfree_skb, struct sk_buff *skb, void *location, unsigned int reason)
-{
+int BPF_PROG(ng_kfree_skb, struct sk_buff* skb, void* location, unsigned int reason) {
   return ng_drop(skb, reason, false);
 }

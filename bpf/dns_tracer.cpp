@@ -28,8 +28,8 @@
 #include "dns_tracer.skel.h"
 #include "dns_tracer_maps.h"
 #include "dns_wire.h"
-#include "tc_filter.h"
 #include "nodegate/log.h"
+#include "tc_filter.h"
 
 namespace nodegate::dns {
 namespace {
@@ -218,8 +218,9 @@ struct DnsTracer::Impl {
   static bpf_link* attachDrops(bpf_program* prog) {
     bpf_link* link = bpf_program__attach(prog);
     if (link == nullptr)
-      log::warn("dns tracer: drop reasons off",
-                {{"reason", "failed to attach to skb:kfree_skb: " + std::string(std::strerror(errno))}});
+      log::warn(
+          "dns tracer: drop reasons off",
+          {{"reason", "failed to attach to skb:kfree_skb: " + std::string(std::strerror(errno))}});
     return link;
   }
 
@@ -401,8 +402,7 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
   const int prog_fd = bpf_program__fd(impl_->skel->progs.ng_tc);
   const std::string procfs = impl_->opts.procfs;
   const uint16_t id = impl_->nextId();  // unused if the device turns out to be attached already
-  if (id == 0)
-    return Error{ENOSPC, "failed to attach dns tracer: no free attachment id"};
+  if (id == 0) return Error{ENOSPC, "failed to attach dns tracer: no free attachment id"};
 
   Result<Attachment> made = inNetns(target.netns_path, [&]() -> Result<Attachment> {
     // Inside the target netns, our own view of it is the netns file's inode.
@@ -582,8 +582,7 @@ Result<void> DnsTracer::start(EventCallback cb) {
     // a CPU) gets it scheduled soon after each wakeup. Best effort: without CAP_SYS_NICE it
     // stays at the default.
     if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), -10) != 0)
-      log::debug("dns tracer: poll thread priority unchanged",
-                 {{"error", std::strerror(errno)}});
+      log::debug("dns tracer: poll thread priority unchanged", {{"error", std::strerror(errno)}});
     const int timeout_ms = static_cast<int>(impl->opts.poll_interval.count());
     for (;;) {
       bool active = false;

@@ -44,8 +44,8 @@ struct TracerOptions {
   // ~1.6 since: docs/benchmarks/dns.md), so its polls run late under load: 512 KiB lost nothing
   // at 120k events/s in the agent where 256 KiB lost 2 % (docs/benchmarks/dns-bpf.md, "Ring size
   // 256 KiB, tried"; measured before the agent got cheaper per event), and nothing up
-  // to ~288k DNS packets/s with the bench's bare consumer. The program forces a wakeup at half full.
-  // The ring is mapped into the agent twice over (the data pages are mapped a second time for
+  // to ~288k DNS packets/s with the bench's bare consumer. The program forces a wakeup at half
+  // full. The ring is mapped into the agent twice over (the data pages are mapped a second time for
   // wrap-around reads) while a device is attached: 512 KiB costs 1 MiB of RSS then.
   std::size_t ring_bytes = 1u << 19;
   // How often the poll thread drains the ring; the BPF side does not wake user space per event
@@ -85,7 +85,7 @@ struct TracerStats {
   uint64_t not_dns = 0;        // port 53 payloads that are not a DNS message
   uint64_t short_packets = 0;  // port 53 packets truncated before the DNS header ends
   uint64_t tcp_prefix_segments = 0;  // TCP segments carrying only the 2-byte length prefix; the
-                                    // message is reported from the segment that follows
+                                     // message is reported from the segment that follows
   uint64_t paged_skipped = 0;  // dropped port-53 packets whose DNS bytes sit in page fragments
                                // (kfree_skb reads only the linear data): no drop event
   uint64_t events = 0;         // events delivered to the callback (user-space count)

@@ -69,9 +69,8 @@ bool decodeRecord(const void* rec, std::size_t size, ng_dns_event& ev) {
   if (rec == nullptr || size < NG_DNS_REC_HEAD) return false;
   const auto* bytes = static_cast<const uint8_t*>(rec);
   std::memcpy(&ev, bytes, NG_DNS_REC_HEAD);
-  const std::size_t captured =
-      std::min({static_cast<std::size_t>(ev.qrest), std::size_t{NG_DNS_QNAME_MAX},
-                size - NG_DNS_REC_HEAD});
+  const std::size_t captured = std::min(
+      {static_cast<std::size_t>(ev.qrest), std::size_t{NG_DNS_QNAME_MAX}, size - NG_DNS_REC_HEAD});
   const WireQuestion q = decodeQuestion(bytes + NG_DNS_REC_HEAD, captured, ev.qrest);
   ev.hop = 0;
   std::memcpy(ev.qname, q.qname, sizeof ev.qname);

@@ -102,8 +102,8 @@ Result<TcFilter> addClsBpfFilter(int ifindex, bool ingress, int prog_fd, uint32_
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
-  if (::sendto(fd, &req, req.nh.nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel),
-               sizeof kernel) < 0)
+  if (::sendto(fd, &req, req.nh.nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) <
+      0)
     return errnoError(errno, what);
 
   TcFilter out;
@@ -118,8 +118,7 @@ Result<TcFilter> addClsBpfFilter(int ifindex, bool ingress, int prog_fd, uint32_
     auto len = static_cast<unsigned>(n);
     for (auto* nh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nh, len); nh = NLMSG_NEXT(nh, len)) {
       if (nh->nlmsg_seq != req.nh.nlmsg_seq) continue;
-      if (nh->nlmsg_type == RTM_NEWTFILTER &&
-          nh->nlmsg_len >= NLMSG_LENGTH(sizeof(tcmsg))) {
+      if (nh->nlmsg_type == RTM_NEWTFILTER && nh->nlmsg_len >= NLMSG_LENGTH(sizeof(tcmsg))) {
         const auto* t = static_cast<const tcmsg*>(NLMSG_DATA(nh));
         out.handle = t->tcm_handle;
         out.priority = TC_H_MAJ(t->tcm_info) >> 16;

@@ -71,7 +71,8 @@ Result<Config> parseConfig(std::string_view text) {
       if (!it->is_object()) return Error{EINVAL, "failed to parse config: checks is not an object"};
       cfg.checks = *it;
     } else if (key == "damping") {
-      if (!it->is_object()) return Error{EINVAL, "failed to parse config: damping is not an object"};
+      if (!it->is_object())
+        return Error{EINVAL, "failed to parse config: damping is not an object"};
       for (auto d = it->begin(); d != it->end(); ++d) {
         if (!d->is_number_integer() || d->get<int>() < 1)
           return Error{EINVAL, "failed to parse config: damping." + d.key() + " must be >= 1"};

@@ -58,10 +58,11 @@ CheckResult evaluateCpuVirt(const CpuInfo& info, bool kvm_misc_present) {
       r = makeResult("cpu-virt", Status::Pass, "Arm64KvmSupported",
                      "arm64 CPU with KVM support in the running kernel");
     } else {
-      r = makeResult("cpu-virt", Status::Warn, "Arm64KvmNotVisible",
-                     "arm64 CPU; the kernel shows no KVM device (EL2 not available or kvm not loaded)",
-                     "boot the kernel at EL2 (bare metal or a nested-capable hypervisor) with KVM "
-                     "enabled; see the kvm-device check");
+      r = makeResult(
+          "cpu-virt", Status::Warn, "Arm64KvmNotVisible",
+          "arm64 CPU; the kernel shows no KVM device (EL2 not available or kvm not loaded)",
+          "boot the kernel at EL2 (bare metal or a nested-capable hypervisor) with KVM "
+          "enabled; see the kvm-device check");
     }
     r.labels["cpu-virt"] = kvm_misc_present ? "arm64" : "none";
   } else if (info.flags.count("vmx")) {

@@ -277,13 +277,19 @@ CheckResult DnsPathProbe::run(const ProbeContext& ctx) {
     }
   } else if (auto f = cluster_ ? cluster_->facts() : std::nullopt) {
     switch (f->cilium_read) {
-      case ApiRead::Ok: in.cilium = f->cilium; break;
-      case ApiRead::NotFound: in.cilium_note = f->cilium_detail; break;
+      case ApiRead::Ok:
+        in.cilium = f->cilium;
+        break;
+      case ApiRead::NotFound:
+        in.cilium_note = f->cilium_detail;
+        break;
       case ApiRead::Forbidden:
         in.cilium_forbidden = true;
         in.cilium_error = f->cilium_detail;
         break;
-      case ApiRead::Failed: in.cilium_error = f->cilium_detail; break;
+      case ApiRead::Failed:
+        in.cilium_error = f->cilium_detail;
+        break;
     }
   }
   DIR* d = ::opendir(ctx.host.proc().c_str());

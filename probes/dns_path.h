@@ -133,10 +133,10 @@ std::shared_ptr<ClusterDnsBoard> processClusterDns();
 struct DnsPathInputs {
   std::optional<DnsPathSummary> tracer;  // nullopt: tracer not running
   CiliumSocketLb cilium;
-  std::string cilium_error;   // configured file unreadable or malformed
-  std::string cilium_note;    // how the Cilium settings were found (or that there is no Cilium)
+  std::string cilium_error;       // configured file unreadable or malformed
+  std::string cilium_note;        // how the Cilium settings were found (or that there is no Cilium)
   bool cilium_forbidden = false;  // the API refused to show cilium-config (RBAC)
-  std::size_t launchers = 0;  // virt-launcher processes seen on the host
+  std::size_t launchers = 0;      // virt-launcher processes seen on the host
   bool launchers_readable = true;
 };
 

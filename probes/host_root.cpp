@@ -51,8 +51,8 @@ Result<std::string> readFile(const std::string& path, std::size_t max_bytes) {
     if (n == 0) break;
     if (out.size() > max_bytes) {
       ::close(fd);
-      return Error{EFBIG, "failed to read " + path + ": larger than " +
-                              std::to_string(max_bytes) + " bytes"};
+      return Error{EFBIG, "failed to read " + path + ": larger than " + std::to_string(max_bytes) +
+                              " bytes"};
     }
   }
   ::close(fd);

@@ -25,21 +25,33 @@ void appendValue(std::string& out, std::string_view v) {
   out += '"';
   for (char c : v) {
     if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') { out += "\\n"; continue; }
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
     out += c;
   }
   out += '"';
 }
 }  // namespace
 
-void setLevel(Level l) { g_level = l; }
-Level level() { return g_level; }
+void setLevel(Level l) {
+  g_level = l;
+}
+Level level() {
+  return g_level;
+}
 
 bool parseLevel(std::string_view text, Level* out) {
-  static constexpr std::pair<std::string_view, Level> kNames[] = {
-      {"debug", Level::Debug}, {"info", Level::Info}, {"warn", Level::Warn}, {"error", Level::Error}};
+  static constexpr std::pair<std::string_view, Level> kNames[] = {{"debug", Level::Debug},
+                                                                  {"info", Level::Info},
+                                                                  {"warn", Level::Warn},
+                                                                  {"error", Level::Error}};
   for (auto [name, l] : kNames)
-    if (name == text) { *out = l; return true; }
+    if (name == text) {
+      *out = l;
+      return true;
+    }
   return false;
 }
 

@@ -34,8 +34,8 @@ ProbeList makeProbes(const Seams& seams) {
   // lvm and local-pv share one lvm run per cycle through this source.
   auto lvm_reports = std::make_shared<LvmReportSource>(seams.exec, seams.device);
   p.push_back(std::make_unique<LvmProbe>(lvm_reports));
-  p.push_back(std::make_unique<LocalPvProbe>(lvm_reports, seams.device,
-                                            std::make_unique<KubeletDirPvSource>(), seams.api_pvs));
+  p.push_back(std::make_unique<LocalPvProbe>(
+      lvm_reports, seams.device, std::make_unique<KubeletDirPvSource>(), seams.api_pvs));
   p.push_back(std::make_unique<DnsPathProbe>(processDnsVerdicts()));  // agent/dns fills it
   p.push_back(std::make_unique<NodeServicesProbe>(seams.dbus));
   return p;

@@ -10,8 +10,8 @@
 namespace nodegate {
 
 inline std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' ||
-                        s.front() == '\n'))
+  while (!s.empty() &&
+         (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '\n'))
     s.remove_prefix(1);
   while (!s.empty() &&
          (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
@@ -44,7 +44,8 @@ void forEachWord(std::string_view text, Fn&& fn) {
 }
 
 // "key : value" -> {"key", "value"}, both trimmed; {"", ""} when there is no separator.
-inline std::pair<std::string_view, std::string_view> splitKeyValue(std::string_view line, char sep) {
+inline std::pair<std::string_view, std::string_view> splitKeyValue(std::string_view line,
+                                                                   char sep) {
   auto pos = line.find(sep);
   if (pos == std::string_view::npos) return {{}, {}};
   return {trim(line.substr(0, pos)), trim(line.substr(pos + 1))};

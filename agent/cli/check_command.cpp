@@ -2,10 +2,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <atomic>
-#include <thread>
+#include <cstdio>
 #include <iostream>
+#include <thread>
 
 #include "cli/commands.h"
 #include "nodegate/json.h"
@@ -31,10 +31,14 @@ int exitCode(const std::vector<CheckResult>& results) {
 
 const char* colorOf(Status s) {
   switch (s) {
-    case Status::Pass: return "\033[32m";
-    case Status::Warn: return "\033[33m";
-    case Status::Fail: return "\033[31m";
-    case Status::Unknown: return "\033[35m";
+    case Status::Pass:
+      return "\033[32m";
+    case Status::Warn:
+      return "\033[33m";
+    case Status::Fail:
+      return "\033[31m";
+    case Status::Unknown:
+      return "\033[35m";
   }
   return "";
 }

@@ -9,7 +9,9 @@
 namespace nodegate {
 namespace {
 
-Error usageError(const std::string& msg) { return Error{EINVAL, msg}; }
+Error usageError(const std::string& msg) {
+  return Error{EINVAL, msg};
+}
 
 bool parseDouble(const std::string& s, double* out) {
   char* end = nullptr;
@@ -83,14 +85,20 @@ Result<Options> parseOptions(int argc, char** argv) {
   Options o;
   using Setter = std::function<Result<void>(const std::string&)>;
   auto str = [](std::string* dst) -> Setter {
-    return [dst](const std::string& v) -> Result<void> { *dst = v; return {}; };
+    return [dst](const std::string& v) -> Result<void> {
+      *dst = v;
+      return {};
+    };
   };
   auto oneOf = [](std::string* dst, std::initializer_list<const char*> allowed,
                   std::string flag) -> Setter {
     std::vector<std::string> ok(allowed.begin(), allowed.end());
     return [dst, ok, flag](const std::string& v) -> Result<void> {
       for (const auto& a : ok)
-        if (a == v) { *dst = v; return {}; }
+        if (a == v) {
+          *dst = v;
+          return {};
+        }
       return usageError("invalid value \"" + v + "\" for " + flag);
     };
   };
@@ -125,7 +133,10 @@ Result<Options> parseOptions(int argc, char** argv) {
        }},
       {"--dns-trace", oneOf(&o.dns_trace, {"auto", "on", "off"}, "--dns-trace")},
       {"--dns-netns",
-       [&o](const std::string& v) -> Result<void> { o.dns_netns.push_back(v); return {}; }},
+       [&o](const std::string& v) -> Result<void> {
+         o.dns_netns.push_back(v);
+         return {};
+       }},
       {"--log-level", oneOf(&o.log_level, {"debug", "info", "warn", "error"}, "--log-level")},
       {"--vmi", str(&o.vmi)},
       {"--api", str(&o.api)},

@@ -12,7 +12,7 @@
 namespace nodegate {
 
 struct Options {
-  std::string command;  // check | agent | dns | version | help
+  std::string command;            // check | agent | dns | version | help
   std::vector<std::string> args;  // positional words after the command ("trace" for dns)
 
   // Host paths.

@@ -10,9 +10,9 @@
 #include <set>
 #include <thread>
 
+#include <arpa/inet.h>
 #include <netlink/cache.h>
 #include <netlink/netlink.h>
-#include <arpa/inet.h>
 #include <netlink/route/addr.h>
 #include <netlink/route/link.h>
 
@@ -226,7 +226,8 @@ DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string
   // server in the node's own netns (hostNetwork) is deduplicated away: it has no hop of its own.
   std::set<std::string> matched;
   if (!views.empty() && views.front().role == NetnsRole::Self)
-    for (const auto& l : views.front().links) matched.insert(l.addresses.begin(), l.addresses.end());
+    for (const auto& l : views.front().links)
+      matched.insert(l.addresses.begin(), l.addresses.end());
   for (const auto& p : server_procs) {
     NetnsView* v = addView(p.netns_path, NetnsRole::DnsServer, "");
     if (!v || !servers.endpoints) continue;

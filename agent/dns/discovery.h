@@ -32,10 +32,10 @@ Result<std::vector<LinkInfo>> listLinks(const std::string& netns_path, bool with
 Result<std::uint64_t> netnsInode(const std::string& netns_path);
 
 enum class NetnsRole {
-  Self,      // the agent's own netns (the node's, under hostNetwork)
-  Launcher,  // a virt-launcher pod's netns (found from a process)
-  Extra,     // --dns-netns: a launcher (has k6t-*), the host side, or a DNS server's netns
-  DnsServer, // a DNS server process's netns (CoreDNS), found by process name
+  Self,       // the agent's own netns (the node's, under hostNetwork)
+  Launcher,   // a virt-launcher pod's netns (found from a process)
+  Extra,      // --dns-netns: a launcher (has k6t-*), the host side, or a DNS server's netns
+  DnsServer,  // a DNS server process's netns (CoreDNS), found by process name
 };
 
 struct NetnsView {

@@ -19,14 +19,14 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
-#include "triggers/netns_watch.h"
-#include "triggers/proc_events.h"
 #include "dns/rescan_schedule.h"
 #include "dns/trace_view.h"
 #include "dns_tracer.h"
-#include "triggers/kernel_events.h"
 #include "nodegate/log.h"
 #include "nodegate/probe.h"
+#include "triggers/kernel_events.h"
+#include "triggers/netns_watch.h"
+#include "triggers/proc_events.h"
 
 namespace nodegate::dns {
 namespace {

@@ -46,7 +46,7 @@ namespace nodegate::dns {
 class DnsTracer;
 
 struct DnsServiceConfig {
-  std::vector<std::string> extra_netns;    // --dns-netns
+  std::vector<std::string> extra_netns;                            // --dns-netns
   std::set<std::string, std::less<>> server_processes{"coredns"};  // dns-path.server_processes
   std::string node_name;  // --node-name: which kube-dns endpoints are expected on this node
   std::chrono::milliseconds tick{100};     // expiry and summary cadence
@@ -54,9 +54,10 @@ struct DnsServiceConfig {
   std::chrono::milliseconds rescan_with_events{30000};  // the safety net's cadence when they do
   std::chrono::milliseconds debounce{50};               // first event of a burst -> rescan
   std::chrono::milliseconds rescan_min_gap{250};        // bounds the rescan rate under event storms
-  KernelEvents* kernel_events = nullptr;  // link/netns events (agent/triggers/kernel_events.h); null: none
-  bool process_events = true;             // listen to the proc connector when it works
-  std::chrono::seconds window{300};       // what the probe's summary covers
+  KernelEvents* kernel_events =
+      nullptr;                 // link/netns events (agent/triggers/kernel_events.h); null: none
+  bool process_events = true;  // listen to the proc connector when it works
+  std::chrono::seconds window{300};  // what the probe's summary covers
   CorrelatorLimits limits;
   std::size_t max_vmis = 256;                      // metric label cap; beyond: vmi="_other"
   std::shared_ptr<DnsVerdictBoard> board;          // where the probe reads from

@@ -40,7 +40,8 @@ std::string resolve(const std::string& base_dir, const std::string& p) {
   return base_dir + "/" + p;
 }
 
-const json* namedEntry(const json& doc, const char* list, const std::string& name, const char* inner) {
+const json* namedEntry(const json& doc, const char* list, const std::string& name,
+                       const char* inner) {
   auto it = doc.find(list);
   if (it == doc.end() || !it->is_array()) return nullptr;
   for (const auto& e : *it)
@@ -83,7 +84,7 @@ std::string base64Decode(std::string_view in, bool* ok) {
 bool inClusterAvailable(const std::string& sa_dir) {
   const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
   const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
-  struct stat st{};
+  struct stat st {};
   return host && *host && port && *port && ::stat((sa_dir + "/token").c_str(), &st) == 0;
 }
 
@@ -101,7 +102,7 @@ Result<ClientConfig> loadInCluster(const std::string& sa_dir) {
   c.ca_file = sa_dir + "/ca.crt";
   c.source = "in-cluster";
   for (const auto& f : {c.token_file, c.ca_file}) {
-    struct stat st{};
+    struct stat st {};
     if (::stat(f.c_str(), &st) != 0) return errnoError(errno, "load in-cluster config: " + f);
   }
   return c;
@@ -115,7 +116,8 @@ Result<ClientConfig> parseKubeconfig(std::string_view text, const std::string& b
   std::string ctx_name = str(doc, "current-context");
   if (ctx_name.empty()) return Error{EINVAL, "failed to load kubeconfig: no current-context"};
   const json* ctx = namedEntry(doc, "contexts", ctx_name, "context");
-  if (!ctx) return Error{EINVAL, "failed to load kubeconfig: context \"" + ctx_name + "\" not found"};
+  if (!ctx)
+    return Error{EINVAL, "failed to load kubeconfig: context \"" + ctx_name + "\" not found"};
   std::string cluster_name = str(*ctx, "cluster"), user_name = str(*ctx, "user");
   const json* cluster = namedEntry(doc, "clusters", cluster_name, "cluster");
   if (!cluster)
@@ -126,11 +128,13 @@ Result<ClientConfig> parseKubeconfig(std::string_view text, const std::string& b
   c.server = str(*cluster, "server");
   while (!c.server.empty() && c.server.back() == '/') c.server.pop_back();
   if (c.server.empty())
-    return Error{EINVAL, "failed to load kubeconfig: cluster \"" + cluster_name + "\" has no server"};
+    return Error{EINVAL,
+                 "failed to load kubeconfig: cluster \"" + cluster_name + "\" has no server"};
   bool ok = true;
   if (auto d = str(*cluster, "certificate-authority-data"); !d.empty()) {
     c.ca_pem = base64Decode(d, &ok);
-    if (!ok) return Error{EINVAL, "failed to load kubeconfig: certificate-authority-data is not base64"};
+    if (!ok)
+      return Error{EINVAL, "failed to load kubeconfig: certificate-authority-data is not base64"};
   }
   c.ca_file = resolve(base_dir, str(*cluster, "certificate-authority"));
   c.insecure = cluster->value("insecure-skip-tls-verify", false) == true;
@@ -147,7 +151,8 @@ Result<ClientConfig> parseKubeconfig(std::string_view text, const std::string& b
     c.token_file = resolve(base_dir, str(*user, "tokenFile"));
     if (auto d = str(*user, "client-certificate-data"); !d.empty()) {
       c.cert_pem = base64Decode(d, &ok);
-      if (!ok) return Error{EINVAL, "failed to load kubeconfig: client-certificate-data is not base64"};
+      if (!ok)
+        return Error{EINVAL, "failed to load kubeconfig: client-certificate-data is not base64"};
     }
     if (auto d = str(*user, "client-key-data"); !d.empty()) {
       c.key_pem = base64Decode(d, &ok);
@@ -213,7 +218,9 @@ void Stopper::stop() {
 }
 
 RateLimiter::RateLimiter(double qps, double burst)
-    : qps_(qps > 0 ? qps : 5), burst_(burst >= 1 ? burst : 1), tokens_(burst_),
+    : qps_(qps > 0 ? qps : 5),
+      burst_(burst >= 1 ? burst : 1),
+      tokens_(burst_),
       last_(std::chrono::steady_clock::now()) {}
 
 std::chrono::duration<double> RateLimiter::reserve(std::chrono::steady_clock::time_point now) {
@@ -295,7 +302,7 @@ Result<int> checkCaBundle(std::string_view pem) {
 std::string Credentials::caPem() {
   if (cfg_.ca_file.empty()) return cfg_.ca_pem;
   std::lock_guard lk(mu_);
-  struct stat st{};
+  struct stat st {};
   if (::stat(cfg_.ca_file.c_str(), &st) != 0) {
     // Keep the last good bundle: the kubelet swaps the file atomically, a miss is transient.
     std::string why = "failed to read kubernetes ca " + cfg_.ca_file + ": " + std::strerror(errno);
@@ -315,11 +322,12 @@ std::string Credentials::caPem() {
   if (!certs) {
     ca_error_ = "failed to load kubernetes ca " + cfg_.ca_file + ": " + certs.error().message;
     log::error(ca_error_, {{"action", ca_.empty() ? "no ca to verify the server with"
-                                                   : "keeping the previous ca"}});
+                                                  : "keeping the previous ca"}});
     return ca_;
   }
   if (!ca_.empty() && *pem != ca_)
-    log::info("reloaded kubernetes ca", {{"file", cfg_.ca_file}, {"certificates", std::to_string(*certs)}});
+    log::info("reloaded kubernetes ca",
+              {{"file", cfg_.ca_file}, {"certificates", std::to_string(*certs)}});
   ca_ = *pem;
   ca_error_.clear();
   return ca_;
@@ -333,8 +341,9 @@ std::string Credentials::caError() {
 RequestCounter& requestCounter(prometheus::Registry& registry) {
   return prometheus::BuildCounter()
       .Name("nodegate_kube_requests_total")
-      .Help("Requests sent to the Kubernetes API server, by verb and HTTP status code "
-            "(code=\"error\" when no response arrived).")
+      .Help(
+          "Requests sent to the Kubernetes API server, by verb and HTTP status code "
+          "(code=\"error\" when no response arrived).")
       .Register(registry);
 }
 
@@ -382,7 +391,8 @@ size_t onHeader(char* buf, size_t size, size_t nitems, void* userdata) {
   constexpr std::string_view kName = "retry-after:";
   if (h.size() > kName.size()) {
     std::string lower(h.substr(0, kName.size()));
-    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
     if (lower == kName) t->retry_after = std::string(h.substr(kName.size()));
   }
   return size * nitems;
@@ -397,7 +407,11 @@ int onProgress(void* userdata, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
 
 HttpClient::HttpClient(Credentials& creds, RateLimiter& limiter, Stopper& stopper,
                        RequestCounter& counter)
-    : creds_(creds), limiter_(limiter), stopper_(stopper), counter_(counter), curl_(curl_easy_init()) {}
+    : creds_(creds),
+      limiter_(limiter),
+      stopper_(stopper),
+      counter_(counter),
+      curl_(curl_easy_init()) {}
 
 HttpClient::~HttpClient() {
   if (curl_) curl_easy_cleanup(static_cast<CURL*>(curl_));
@@ -451,9 +465,11 @@ HttpResponse HttpClient::perform(const std::string& verb, const std::string& met
 
   curl_slist* headers = nullptr;
   headers = curl_slist_append(headers, "Accept: application/json");
-  if (!content_type.empty()) headers = curl_slist_append(headers, ("Content-Type: " + content_type).c_str());
+  if (!content_type.empty())
+    headers = curl_slist_append(headers, ("Content-Type: " + content_type).c_str());
   std::string token = creds_.token();
-  if (!token.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + token).c_str());
+  if (!token.empty())
+    headers = curl_slist_append(headers, ("Authorization: Bearer " + token).c_str());
   std::string ua = std::string("nodegate/") + kVersion;
 
   curl_easy_setopt(c, CURLOPT_URL, url.c_str());
@@ -518,8 +534,10 @@ HttpResponse HttpClient::perform(const std::string& verb, const std::string& met
     out.code = code;
   }
   out.body = on_line ? std::move(t.line_buf) : std::move(t.body);
-  if (t.retry_after) out.retry_after = parseRetryAfter(*t.retry_after, std::chrono::system_clock::now());
-  counter_.Add({{"verb", verb}, {"code", out.code ? std::to_string(out.code) : "error"}}).Increment();
+  if (t.retry_after)
+    out.retry_after = parseRetryAfter(*t.retry_after, std::chrono::system_clock::now());
+  counter_.Add({{"verb", verb}, {"code", out.code ? std::to_string(out.code) : "error"}})
+      .Increment();
   return out;
 }
 
@@ -533,7 +551,9 @@ Result<ClientConfig> loadClientConfig(const std::string& mode, const std::string
     if (path.empty()) return Error{EINVAL, "--kube kubeconfig needs --kubeconfig FILE"};
     return loadKubeconfig(path);
   }
-  return Error{ENOENT, "failed to find kubernetes credentials: no in-cluster service account and no --kubeconfig"};
+  return Error{
+      ENOENT,
+      "failed to find kubernetes credentials: no in-cluster service account and no --kubeconfig"};
 }
 
 std::string urlEncode(std::string_view s) {

@@ -25,12 +25,12 @@ namespace nodegate::kube {
 inline constexpr const char* kServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 struct ClientConfig {
-  std::string server;  // https://host:port, no trailing slash
+  std::string server;   // https://host:port, no trailing slash
   std::string ca_file;  // reloaded when it changes
   std::string ca_pem;   // inline CA (kubeconfig certificate-authority-data)
   bool insecure = false;
-  std::string token;       // static bearer token
-  std::string token_file;  // re-read periodically and on 401 (bound tokens rotate)
+  std::string token;                // static bearer token
+  std::string token_file;           // re-read periodically and on 401 (bound tokens rotate)
   std::string cert_file, key_file;  // client certificate auth
   std::string cert_pem, key_pem;
   std::string source;  // "in-cluster" or "kubeconfig <path> context <name>", for logs
@@ -44,7 +44,8 @@ Result<ClientConfig> loadKubeconfig(const std::string& path);
 Result<ClientConfig> parseKubeconfig(std::string_view text, const std::string& base_dir);
 // The credentials --kube MODE and --kubeconfig FILE select (auto: in-cluster when available,
 // else the kubeconfig; kubeconfig mode falls back to $KUBECONFIG). Every API user of the agent
-// (publisher, PV discovery) goes through this, so they all talk to the same cluster as the same user.
+// (publisher, PV discovery) goes through this, so they all talk to the same cluster as the same
+// user.
 Result<ClientConfig> loadClientConfig(const std::string& mode, const std::string& kubeconfig);
 
 // Percent-encoding of one path segment or query value (RFC 3986 unreserved characters kept).
@@ -109,7 +110,8 @@ Result<int> checkCaBundle(std::string_view pem);
 // rotation caught half-way breaks nothing that still works with the old CA.
 class Credentials {
  public:
-  explicit Credentials(ClientConfig cfg, std::chrono::seconds token_max_age = std::chrono::seconds(60));
+  explicit Credentials(ClientConfig cfg,
+                       std::chrono::seconds token_max_age = std::chrono::seconds(60));
   const ClientConfig& config() const { return cfg_; }
   std::string token();
   // The CA bundle to verify the server with ("" = none configured, or none valid yet).

@@ -37,7 +37,8 @@ std::string ciliumConfigPath(const ClusterDnsOptions& o) {
 
 std::string dnsEndpointSlicesPath(const ClusterDnsOptions& o) {
   return "/apis/discovery.k8s.io/v1/namespaces/" + urlEncode(o.dns_namespace) +
-         "/endpointslices?labelSelector=" + urlEncode("kubernetes.io/service-name=" + o.dns_service);
+         "/endpointslices?labelSelector=" +
+         urlEncode("kubernetes.io/service-name=" + o.dns_service);
 }
 
 void readCiliumConfig(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out) {
@@ -83,7 +84,8 @@ void readDnsEndpoints(const HttpResponse& r, const ClusterDnsOptions& o, Cluster
     return;
   }
   for (const auto& slice : list["items"]) {
-    if (!slice.is_object() || !slice.contains("endpoints") || !slice["endpoints"].is_array()) continue;
+    if (!slice.is_object() || !slice.contains("endpoints") || !slice["endpoints"].is_array())
+      continue;
     for (const auto& ep : slice["endpoints"]) {
       if (!ep.is_object() || !ep.contains("addresses") || !ep["addresses"].is_array()) continue;
       // conditions.ready unset means ready (the API's documented default).
@@ -92,7 +94,8 @@ void readDnsEndpoints(const HttpResponse& r, const ClusterDnsOptions& o, Cluster
         if (auto rd = c->find("ready"); rd != c->end() && rd->is_boolean()) ready = rd->get<bool>();
       std::string node = ep.value("nodeName", "");
       for (const auto& a : ep["addresses"])
-        if (a.is_string()) out.dns_endpoints.push_back({canonicalIp(a.get<std::string>()), node, ready});
+        if (a.is_string())
+          out.dns_endpoints.push_back({canonicalIp(a.get<std::string>()), node, ready});
     }
   }
   out.endpoints_detail = std::to_string(out.dns_endpoints.size()) + " addresses in " + what;

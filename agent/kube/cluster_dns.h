@@ -15,11 +15,12 @@
 namespace nodegate::kube {
 
 struct ClusterDnsOptions {
-  std::string cilium_namespace = "kube-system";   // dns-path.cilium_namespace
+  std::string cilium_namespace = "kube-system";    // dns-path.cilium_namespace
   std::string cilium_configmap = "cilium-config";  // dns-path.cilium_configmap
-  std::string dns_namespace = "kube-system";      // dns-path.dns_service_namespace
-  std::string dns_service = "kube-dns";           // dns-path.dns_service
-  std::chrono::seconds refresh{300};  // kube.cluster_dns_refresh_seconds (at least --resync), jittered
+  std::string dns_namespace = "kube-system";       // dns-path.dns_service_namespace
+  std::string dns_service = "kube-dns";            // dns-path.dns_service
+  std::chrono::seconds refresh{
+      300};  // kube.cluster_dns_refresh_seconds (at least --resync), jittered
 };
 
 std::string ciliumConfigPath(const ClusterDnsOptions& o);

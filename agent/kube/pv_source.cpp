@@ -306,8 +306,8 @@ void ApiPvSource::refresh() {
   };
   auto n = get("get", "/api/v1/nodes/" + o_.node_name);
   if (n.code != 200) {
-    fail(Error{errnoOf(n.code, n.error),
-               "failed to get node " + o_.node_name + ": " + describe(n)});
+    fail(
+        Error{errnoOf(n.code, n.error), "failed to get node " + o_.node_name + ": " + describe(n)});
     return;
   }
   auto node = parseNode(n.body);
@@ -349,8 +349,7 @@ Result<PvListing> ApiPvSource::listPinned(const NodeIdentity& node) {
       continue;
     }
     if (r.code != 200)
-      return Error{errnoOf(r.code, r.error),
-                   "failed to list persistentvolumes: " + describe(r)};
+      return Error{errnoOf(r.code, r.error), "failed to list persistentvolumes: " + describe(r)};
     auto page = parsePvPage(r.body, node, o_.node_keys);
     if (!page) return page.error();
     ++pages;

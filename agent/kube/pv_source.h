@@ -23,10 +23,10 @@
 #include <prometheus/registry.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/options.h"
 #include "kube/client.h"
 #include "local_pv.h"
 #include "nodegate/config.h"
-#include "cli/options.h"
 
 namespace nodegate::kube {
 

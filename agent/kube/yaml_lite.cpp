@@ -24,7 +24,10 @@ std::string stripComment(const std::string& s) {
   for (std::size_t i = 0; i < s.size(); ++i) {
     char c = s[i];
     if (quote) {
-      if (c == '\\' && quote == '"') { ++i; continue; }
+      if (c == '\\' && quote == '"') {
+        ++i;
+        continue;
+      }
       if (c == quote) quote = 0;
       continue;
     }
@@ -63,15 +66,29 @@ Result<json> scalar(const std::string& raw, int line) {
     std::string out;
     for (std::size_t i = 1; i + 1 < s.size(); ++i) {
       char c = s[i];
-      if (c != '\\') { out += c; continue; }
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
       if (++i + 1 > s.size() - 1) return yamlError(line, "dangling escape");
       switch (s[i]) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        default: return yamlError(line, std::string("unsupported escape \\") + s[i]);
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        default:
+          return yamlError(line, std::string("unsupported escape \\") + s[i]);
       }
     }
     return json(out);
@@ -88,13 +105,18 @@ std::size_t keyColon(const std::string& s) {
       if (c == quote) quote = 0;
       continue;
     }
-    if ((c == '"' || c == '\'') && i == 0) { quote = c; continue; }
+    if ((c == '"' || c == '\'') && i == 0) {
+      quote = c;
+      continue;
+    }
     if (c == ':' && (i + 1 == s.size() || s[i + 1] == ' ' || s[i + 1] == '\t')) return i;
   }
   return std::string::npos;
 }
 
-bool isDash(const std::string& s) { return s == "-" || s.rfind("- ", 0) == 0; }
+bool isDash(const std::string& s) {
+  return s == "-" || s.rfind("- ", 0) == 0;
+}
 
 class Parser {
  public:
@@ -164,8 +186,8 @@ class Parser {
       std::size_t lead = rest.find_first_not_of(" \t");
       int number = l.number;
       ++pos_;
-      Result<json> v = lead == std::string::npos ? nested(indent, true)
-                                                 : scalar(rest.substr(lead), number);
+      Result<json> v =
+          lead == std::string::npos ? nested(indent, true) : scalar(rest.substr(lead), number);
       if (!v) return v;
       if (out.contains(k)) return yamlError(number, "duplicate key \"" + k + "\"");
       out[k] = *v;

@@ -21,7 +21,7 @@ struct TriggerNameEntry {
   std::string_view name;
 };
 constexpr TriggerNameEntry kTriggerNames[] = {
-    {kTriggerTimer, "timer"},         {kTriggerUdevMisc, "udev-misc"},
+    {kTriggerTimer, "timer"},          {kTriggerUdevMisc, "udev-misc"},
     {kTriggerUdevBlock, "udev-block"}, {kTriggerNetLink, "netlink"},
     {kTriggerDBusTime, "dbus-time"},   {kTriggerDns, "dns"},
     {kTriggerMounts, "mounts"},
@@ -53,7 +53,8 @@ std::uint32_t probeTriggers(const Probe& probe, const Config& config) {
     if (auto bit = parseTriggerName(name))
       bits |= *bit;
     else
-      log::warn("unknown trigger in config", {{"check", std::string(probe.name())}, {"trigger", name}});
+      log::warn("unknown trigger in config",
+                {{"check", std::string(probe.name())}, {"trigger", name}});
   }
   return bits;
 }
@@ -139,7 +140,8 @@ Runner::Runner(ProbeList probes, HostRoot host, Config config, RunnerOptions opt
     w->host = host_;
     workers_.push_back(std::move(w));
   }
-  snapshot_ = std::make_shared<const Snapshot>(state_.snapshot(*config_, std::chrono::system_clock::now()));
+  snapshot_ =
+      std::make_shared<const Snapshot>(state_.snapshot(*config_, std::chrono::system_clock::now()));
   if (options_.registry) {
     auto& reg = *options_.registry;
     triggers_total_ = &prometheus::BuildCounter()
@@ -147,10 +149,11 @@ Runner::Runner(ProbeList probes, HostRoot host, Config config, RunnerOptions opt
                            .Help("Triggers received by the agent loop, by trigger name.")
                            .Register(reg);
     for (const auto& t : kTriggerNames) triggers_total_->Add({{"trigger", std::string(t.name)}});
-    timeouts_total_ = &prometheus::BuildCounter()
-                           .Name("nodegate_agent_probe_timeouts_total")
-                           .Help("Probe runs that missed their deadline and were published as UNKNOWN.")
-                           .Register(reg);
+    timeouts_total_ =
+        &prometheus::BuildCounter()
+             .Name("nodegate_agent_probe_timeouts_total")
+             .Help("Probe runs that missed their deadline and were published as UNKNOWN.")
+             .Register(reg);
     cycles_total_ = &prometheus::BuildCounter()
                          .Name("nodegate_agent_cycles_total")
                          .Help("Probe cycles the agent loop completed.")
@@ -159,7 +162,9 @@ Runner::Runner(ProbeList probes, HostRoot host, Config config, RunnerOptions opt
   }
 }
 
-Runner::~Runner() { stop(); }
+Runner::~Runner() {
+  stop();
+}
 
 void Runner::addPublisher(std::shared_ptr<Publisher> publisher) {
   publishers_.push_back(std::move(publisher));
@@ -192,7 +197,8 @@ int Runner::stop() {
   std::lock_guard l(sync_->mu);
   for (auto& w : workers_) {
     if (!w->busy) continue;
-    log::warn("probe still running at shutdown: abandoned", {{"check", std::string(w->probe->name())}});
+    log::warn("probe still running at shutdown: abandoned",
+              {{"check", std::string(w->probe->name())}});
     ++abandoned;
   }
   return abandoned;
@@ -284,21 +290,21 @@ void Runner::runCycle(std::uint32_t bits) {
       if (w->busy) {
         // Still stuck in an earlier run: do not stack another one on top of it.
         double stuck = std::chrono::duration<double>(Clock::now() - w->busy_since).count();
-        immediate.push_back(makeResult(name, Status::Unknown, "ProbeTimeout",
-                                       "probe has been running for " + fmtSeconds(stuck) +
-                                           " s and has not returned",
-                                       "check what the probe waits for (a hung mount, device or "
-                                       "command); the agent keeps it UNKNOWN until it returns"));
+        immediate.push_back(makeResult(
+            name, Status::Unknown, "ProbeTimeout",
+            "probe has been running for " + fmtSeconds(stuck) + " s and has not returned",
+            "check what the probe waits for (a hung mount, device or "
+            "command); the agent keeps it UNKNOWN until it returns"));
         continue;
       }
       double timeout = cfg->number(name, "timeout_seconds", options_.probe_timeout.count());
       if (!(timeout > 0)) timeout = options_.probe_timeout.count();
       const std::uint64_t id = ++w->seq;
       if (int rc = startDetached([w, cfg, id] { Worker::run(w, cfg, id); })) {
-        immediate.push_back(makeResult(name, Status::Unknown, "ProbeNotStarted",
-                                       std::string("could not start a thread for the probe: ") +
-                                           std::strerror(rc),
-                                       "the agent is out of threads or memory; see its limits"));
+        immediate.push_back(
+            makeResult(name, Status::Unknown, "ProbeNotStarted",
+                       std::string("could not start a thread for the probe: ") + std::strerror(rc),
+                       "the agent is out of threads or memory; see its limits"));
         continue;
       }
       w->busy = true;
@@ -331,7 +337,8 @@ void Runner::runCycle(std::uint32_t bits) {
           j.result = makeResult(name, Status::Unknown, "ProbeTimeout",
                                 "probe did not finish within " + fmtSeconds(t) + " s",
                                 "check what the probe waits for (a hung mount, device or command) "
-                                "or raise checks." + name + ".timeout_seconds");
+                                "or raise checks." +
+                                    name + ".timeout_seconds");
           j.result->duration = std::chrono::duration_cast<std::chrono::nanoseconds>(
               std::chrono::duration<double>(t));
           continue;
@@ -356,9 +363,10 @@ void Runner::runCycle(std::uint32_t bits) {
     bool changed = state_.apply(r, now, dampingFor(*cfg, r.check));
     any = true;
     if (changed) {
-      log::info("check result changed",
-                 {{"check", r.check}, {"status", std::string(toString(r.status))},
-                  {"previous", std::string(toString(before))}, {"reason", r.reason}});
+      log::info("check result changed", {{"check", r.check},
+                                         {"status", std::string(toString(r.status))},
+                                         {"previous", std::string(toString(before))},
+                                         {"reason", r.reason}});
     }
   };
   for (const auto& r : immediate) apply(r);

@@ -28,11 +28,11 @@
 #include <prometheus/family.h>
 #include <prometheus/registry.h>
 
+#include "loop/state.h"
 #include "nodegate/config.h"
 #include "nodegate/host_root.h"
 #include "nodegate/probe.h"
 #include "nodegate/snapshot.h"
-#include "loop/state.h"
 
 namespace nodegate {
 
@@ -46,8 +46,8 @@ std::uint32_t probeTriggers(const Probe& probe, const Config& config);
 
 struct RunnerOptions {
   std::chrono::duration<double> resync{60};
-  double jitter = 0.1;                           // timer fires at resync * (1 ± jitter)
-  std::chrono::milliseconds debounce{10};        // events closer than this share a cycle
+  double jitter = 0.1;                     // timer fires at resync * (1 ± jitter)
+  std::chrono::milliseconds debounce{10};  // events closer than this share a cycle
   std::chrono::duration<double> probe_timeout{10};
   std::shared_ptr<prometheus::Registry> registry;  // optional: runner metrics go here
 };

@@ -8,9 +8,10 @@ namespace nodegate {
 namespace {
 
 bool sameEvidence(const std::vector<Evidence>& a, const std::vector<Evidence>& b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const Evidence& x, const Evidence& y) {
-    return x.source == y.source && x.observed == y.observed;
-  });
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const Evidence& x, const Evidence& y) {
+                      return x.source == y.source && x.observed == y.observed;
+                    });
 }
 
 bool samePublished(const CheckResult& a, const CheckResult& b) {

@@ -116,15 +116,24 @@ std::string urlDecode(std::string_view s) {
 
 const char* reasonPhrase(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Status";
+    case 200:
+      return "OK";
+    case 204:
+      return "No Content";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 413:
+      return "Payload Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Status";
   }
 }
 
@@ -154,12 +163,23 @@ std::string htmlEscape(const std::string& text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -219,7 +239,8 @@ void HttpServer::Impl::respond(mg_connection* conn, const HttpRequest& req,
   for (const auto& [k, v] : resp.headers) head += k + ": " + v + "\r\n";
   head += "\r\n";
   mg_write(conn, head.data(), head.size());
-  if (req.method != "HEAD" && !resp.body.empty()) mg_write(conn, resp.body.data(), resp.body.size());
+  if (req.method != "HEAD" && !resp.body.empty())
+    mg_write(conn, resp.body.data(), resp.body.size());
 }
 
 int HttpServer::Impl::beginRequest(mg_connection* conn) {
@@ -227,7 +248,8 @@ int HttpServer::Impl::beginRequest(mg_connection* conn) {
   auto* self = static_cast<Impl*>(info->user_data);
   HttpRequest req;
   req.method = info->request_method ? info->request_method : "";
-  req.path = info->local_uri_raw ? info->local_uri_raw : (info->request_uri ? info->request_uri : "");
+  req.path =
+      info->local_uri_raw ? info->local_uri_raw : (info->request_uri ? info->request_uri : "");
   req.query = info->query_string ? info->query_string : "";
   req.remote = info->remote_addr;
   try {
@@ -290,7 +312,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& listen,
                                                       std::shared_ptr<const HttpRouter> router,
                                                       std::string name, Limits limits) {
   std::call_once(g_civetweb_init, [] { mg_init_library(0); });
-  if (listen.empty()) return Error{EINVAL, "failed to start http server " + name + ": empty address"};
+  if (listen.empty())
+    return Error{EINVAL, "failed to start http server " + name + ": empty address"};
   // Debian's civetweb is built without IPv6; say so instead of civetweb's "invalid port spec".
   if (listen[0] == '[' && !mg_check_feature(8))
     return Error{EAFNOSUPPORT, "failed to listen on " + listen + " (" + name +
@@ -311,17 +334,14 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& listen,
   std::string queue = std::to_string(limits.queue);
   std::string timeout = std::to_string(limits.request_timeout_ms);
   std::string header_bytes = std::to_string(limits.max_header_bytes);
-  const char* options[] = {"listening_ports", ports.c_str(),
-                           "num_threads", threads.c_str(),
-                           "connection_queue", queue.c_str(),
-                           "listen_backlog", queue.c_str(),
-                           "request_timeout_ms", timeout.c_str(),
-                           "max_request_size", header_bytes.c_str(),
-                           "enable_keep_alive", limits.keep_alive ? "yes" : "no",
+  const char* options[] = {"listening_ports", ports.c_str(), "num_threads", threads.c_str(),
+                           "connection_queue", queue.c_str(), "listen_backlog", queue.c_str(),
+                           "request_timeout_ms", timeout.c_str(), "max_request_size",
+                           header_bytes.c_str(), "enable_keep_alive",
+                           limits.keep_alive ? "yes" : "no",
                            // Bounds how long a closing connection is drained (a refused 10 MB
                            // upload would otherwise hold a worker until the request timeout).
-                           "linger_timeout_ms", "500",
-                           nullptr};
+                           "linger_timeout_ms", "500", nullptr};
   mg_callbacks callbacks{};
   callbacks.begin_request = &Impl::beginRequest;
   callbacks.log_message = &Impl::logMessage;
@@ -331,13 +351,13 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& listen,
   mg_init_data init{&callbacks, &impl, options};
   impl.ctx = mg_start2(&init, &err);
   if (!impl.ctx)
-    return Error{EADDRINUSE, "failed to listen on " + listen + " (" + name + "): " +
-                                 (errtext[0] ? errtext : "civetweb refused to start")};
+    return Error{EADDRINUSE, "failed to listen on " + listen + " (" + name +
+                                 "): " + (errtext[0] ? errtext : "civetweb refused to start")};
   mg_server_port bound[4] = {};
   int n = mg_get_server_ports(impl.ctx, 4, bound);
   if (n > 0) server->port_ = bound[0].port;
-  log::info("http listener started", {{"listener", name}, {"address", listen},
-                                      {"port", std::to_string(server->port_)}});
+  log::info("http listener started",
+            {{"listener", name}, {"address", listen}, {"port", std::to_string(server->port_)}});
   return server;
 }
 

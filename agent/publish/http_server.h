@@ -4,8 +4,8 @@
 //
 // Extension point for other components (DNS tracer, ...): get the debug router from
 // AgentServices (agent/extension.h) and call
-//   router.handle("/api/v1/dns/traces", [](const HttpRequest& r) { return HttpResponse::json(...); });
-//   router.handlePrefix("/api/v1/dns/traces/", handler);  // subtree: /api/v1/dns/traces/<id>
+//   router.handle("/api/v1/dns/traces", [](const HttpRequest& r) { return HttpResponse::json(...);
+//   }); router.handlePrefix("/api/v1/dns/traces/", handler);  // subtree: /api/v1/dns/traces/<id>
 // Handlers run on civetweb worker threads, concurrently: they must be thread-safe and quick (read
 // cached state; never run a probe). The router answers 404 for unknown paths and 405 (with an
 // Allow header) for a known path with a method it was not registered for. HEAD is served by
@@ -82,10 +82,10 @@ class HttpServer {
     // and the kubelet send their request at once and are served in about a millisecond, so 8
     // workers with a 2 s timeout serve them many times over, and 24 slow clients delay a scrape
     // by three timeouts, 6 s, at most (test/agent/http_robustness_test.py).
-    int worker_threads = 8;                    // concurrent connections being served
-    int queue = 64;                            // accepted connections waiting for a worker
-    int request_timeout_ms = 2000;             // slow clients are cut off after this
-    bool keep_alive = false;                   // one request per connection: no idle holders
+    int worker_threads = 8;         // concurrent connections being served
+    int queue = 64;                 // accepted connections waiting for a worker
+    int request_timeout_ms = 2000;  // slow clients are cut off after this
+    bool keep_alive = false;        // one request per connection: no idle holders
   };
 
   // listen: "ADDR:PORT", "PORT" or "[v6]:PORT". Error when the port cannot be bound.

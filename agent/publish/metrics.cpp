@@ -141,7 +141,8 @@ Result<ProcessStats> readProcessStats(const HostRoot& self) {
   if (f.size() < 22) return Error{EINVAL, "failed to parse self/stat: too few fields"};
   const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
   const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
-  st.cpu_seconds = (std::strtod(f[11].c_str(), nullptr) + std::strtod(f[12].c_str(), nullptr)) / tick;
+  st.cpu_seconds =
+      (std::strtod(f[11].c_str(), nullptr) + std::strtod(f[12].c_str(), nullptr)) / tick;
   double start_ticks = std::strtod(f[19].c_str(), nullptr);
   st.virtual_bytes = std::strtod(f[20].c_str(), nullptr);
   st.resident_bytes = std::strtod(f[21].c_str(), nullptr) * page;
@@ -167,16 +168,16 @@ ProcessMetrics::ProcessMetrics(prometheus::Registry& registry, HostRoot self)
     : self_(std::move(self)),
       rss_(gauge(registry, "process_resident_memory_bytes", "Resident memory size in bytes.")
                .Add({})),
-      vsize_(gauge(registry, "process_virtual_memory_bytes", "Virtual memory size in bytes.")
-                 .Add({})),
+      vsize_(
+          gauge(registry, "process_virtual_memory_bytes", "Virtual memory size in bytes.").Add({})),
       cpu_(prometheus::BuildCounter()
                .Name("process_cpu_seconds_total")
                .Help("Total user and system CPU time spent in seconds.")
                .Register(registry)
                .Add({})),
       fds_(gauge(registry, "process_open_fds", "Number of open file descriptors.").Add({})),
-      max_fds_(gauge(registry, "process_max_fds", "Maximum number of open file descriptors.")
-                   .Add({})),
+      max_fds_(
+          gauge(registry, "process_max_fds", "Maximum number of open file descriptors.").Add({})),
       start_(gauge(registry, "process_start_time_seconds",
                    "Start time of the process since unix epoch in seconds.")
                  .Add({})) {

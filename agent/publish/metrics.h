@@ -65,7 +65,7 @@ class MetricsPublisher final : public Publisher {
   prometheus::Family<prometheus::Gauge>& last_change_;
   prometheus::Gauge& gate_;
   std::map<std::string, prometheus::Family<prometheus::Gauge>*> domain_;
-  std::map<std::string, int> domain_series_;           // family name -> live series count
+  std::map<std::string, int> domain_series_;             // family name -> live series count
   std::map<std::string, std::set<SeriesKey>> reported_;  // check -> series it reported last
   std::set<std::string> warned_;                         // bad names already logged once
 };

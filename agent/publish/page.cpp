@@ -4,9 +4,9 @@
 #include <ctime>
 #include <set>
 
-#include "publish/http_server.h"
 #include "nodegate/json.h"
 #include "nodegate/log.h"
+#include "publish/http_server.h"
 
 namespace nodegate {
 
@@ -53,9 +53,10 @@ std::string rfc3339(std::chrono::system_clock::time_point t) {
 nlohmann::json checkStateJson(const CheckState& st) {
   nlohmann::json j = toJson(st.result);
   j["raw_status"] = toString(st.raw_status);
-  j["since"] = st.since.time_since_epoch().count() ? nlohmann::json(rfc3339(st.since)) : nlohmann::json();
-  j["last_run"] =
-      st.last_run.time_since_epoch().count() ? nlohmann::json(rfc3339(st.last_run)) : nlohmann::json();
+  j["since"] =
+      st.since.time_since_epoch().count() ? nlohmann::json(rfc3339(st.since)) : nlohmann::json();
+  j["last_run"] = st.last_run.time_since_epoch().count() ? nlohmann::json(rfc3339(st.last_run))
+                                                         : nlohmann::json();
   return j;
 }
 
@@ -72,7 +73,8 @@ nlohmann::json snapshotJson(const Snapshot& s) {
 
 namespace {
 
-std::string ago(std::chrono::system_clock::time_point t, std::chrono::system_clock::time_point now) {
+std::string ago(std::chrono::system_clock::time_point t,
+                std::chrono::system_clock::time_point now) {
   if (t.time_since_epoch().count() == 0) return "never";
   auto s = std::chrono::duration_cast<std::chrono::seconds>(now - t).count();
   if (s < 0) s = 0;
@@ -82,12 +84,13 @@ std::string ago(std::chrono::system_clock::time_point t, std::chrono::system_clo
   return std::to_string(s / 86400) + " d ago";
 }
 
-std::string timeTag(std::chrono::system_clock::time_point t, std::chrono::system_clock::time_point now) {
+std::string timeTag(std::chrono::system_clock::time_point t,
+                    std::chrono::system_clock::time_point now) {
   std::string iso = rfc3339(t);
   if (iso.empty()) return "<span class=\"muted\">never</span>";
   std::string shown = iso.substr(0, 10) + " " + iso.substr(11, 8) + " UTC";
-  return "<time datetime=\"" + iso + "\" title=\"" + shown + "\">" + shown + "</time> <span class=\"muted\">(" +
-         ago(t, now) + ")</span>";
+  return "<time datetime=\"" + iso + "\" title=\"" + shown + "\">" + shown +
+         "</time> <span class=\"muted\">(" + ago(t, now) + ")</span>";
 }
 
 constexpr const char* kStyle = R"css(
@@ -144,17 +147,20 @@ void renderEvidence(std::string& out, const CheckResult& r) {
   out += "</table>";
 }
 
-void renderCheckBody(std::string& out, const CheckState& st, std::chrono::system_clock::time_point now) {
+void renderCheckBody(std::string& out, const CheckState& st,
+                     std::chrono::system_clock::time_point now) {
   const CheckResult& r = st.result;
   out += "<div class=\"msg\">" + htmlEscape(r.message) + "</div>";
   if (r.status != Status::Pass && !r.hint.empty())
-    out += "<div class=\"hint\"><b>Hint</b><span class=\"hint-text\">" + htmlEscape(r.hint) + "</span></div>";
+    out += "<div class=\"hint\"><b>Hint</b><span class=\"hint-text\">" + htmlEscape(r.hint) +
+           "</span></div>";
   if (st.raw_status != r.status && st.last_run.time_since_epoch().count())
     out += "<div class=\"pending\">latest run says " + std::string(toString(st.raw_status)) +
            "; held back by flap damping until it repeats</div>";
   renderEvidence(out, r);
   char dur[32];
-  std::snprintf(dur, sizeof dur, "%.1f ms", std::chrono::duration<double, std::milli>(r.duration).count());
+  std::snprintf(dur, sizeof dur, "%.1f ms",
+                std::chrono::duration<double, std::milli>(r.duration).count());
   out += "<div class=\"times\">status since " + timeTag(st.since, now) + " &middot; last run " +
          timeTag(st.last_run, now) + " &middot; took " + dur + "</div>";
 }
@@ -166,29 +172,41 @@ std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSec
   std::set<std::string> required(info.required.begin(), info.required.end());
   std::string out;
   out.reserve(16 * 1024);
-  out += "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-         "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
-         "<meta http-equiv=\"refresh\" content=\"" + std::to_string(info.refresh_seconds) + "\">"
-         "<title>nodegate " + htmlEscape(info.node) + ": " +
-         (!snap.complete ? "starting" : snap.gate_open ? "VM gate open" : "VM gate CLOSED") +
-         "</title><style>" + kStyle + "</style></head><body>\n";
-  out += "<header><h1>nodegate &middot; " + htmlEscape(info.node) + "</h1><span class=\"meta\">version " +
-         htmlEscape(info.version) + " &middot; state of " + timeTag(snap.taken, now) +
-         " &middot; refreshes every " + std::to_string(info.refresh_seconds) + " s</span></header>\n<main>\n";
+  out +=
+      "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+      "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+      "<meta http-equiv=\"refresh\" content=\"" +
+      std::to_string(info.refresh_seconds) +
+      "\">"
+      "<title>nodegate " +
+      htmlEscape(info.node) + ": " +
+      (!snap.complete   ? "starting"
+       : snap.gate_open ? "VM gate open"
+                        : "VM gate CLOSED") +
+      "</title><style>" + kStyle + "</style></head><body>\n";
+  out += "<header><h1>nodegate &middot; " + htmlEscape(info.node) +
+         "</h1><span class=\"meta\">version " + htmlEscape(info.version) + " &middot; state of " +
+         timeTag(snap.taken, now) + " &middot; refreshes every " +
+         std::to_string(info.refresh_seconds) + " s</span></header>\n<main>\n";
 
   // The verdict: the one question this page answers.
   std::map<std::string, Status> status_of;
   for (const auto& c : snap.checks) status_of[c.result.check] = c.result.status;
   if (!snap.complete) {
-    out += "<div id=\"verdict\" class=\"starting\" data-open=\"false\"><div class=\"big\">Starting: "
-           "first probe cycle not finished</div><div class=\"why\">the VM gate stays closed until "
-           "every check has run once</div></div>\n";
+    out +=
+        "<div id=\"verdict\" class=\"starting\" data-open=\"false\"><div class=\"big\">Starting: "
+        "first probe cycle not finished</div><div class=\"why\">the VM gate stays closed until "
+        "every check has run once</div></div>\n";
   } else if (snap.gate_open) {
-    out += "<div id=\"verdict\" class=\"open\" data-open=\"true\"><div class=\"big\">VM gate OPEN: "
-           "VMs may be scheduled on this node</div><div class=\"why\">every required check passes</div></div>\n";
+    out +=
+        "<div id=\"verdict\" class=\"open\" data-open=\"true\"><div class=\"big\">VM gate OPEN: "
+        "VMs may be scheduled on this node</div><div class=\"why\">every required check "
+        "passes</div></div>\n";
   } else {
-    out += "<div id=\"verdict\" class=\"closed\" data-open=\"false\"><div class=\"big\">VM gate CLOSED: "
-           "no new VMs on this node</div><div class=\"why\">blocked by ";
+    out +=
+        "<div id=\"verdict\" class=\"closed\" data-open=\"false\"><div class=\"big\">VM gate "
+        "CLOSED: "
+        "no new VMs on this node</div><div class=\"why\">blocked by ";
     bool first = true;
     for (const auto& b : snap.gate_blockers) {
       auto it = status_of.find(b);
@@ -225,14 +243,17 @@ std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSec
     const CheckResult& r = c->result;
     std::string st(toString(r.status));
     out += "<article class=\"check b-" + st + "\" id=\"check-" + htmlEscape(r.check) +
-           "\" data-check=\"" + htmlEscape(r.check) + "\" data-status=\"" + st + "\"><h3><span class=\"badge s-" +
-           st + "\">" + st + "</span><span class=\"name\">" + htmlEscape(r.check) + "</span>";
-    if (required.count(r.check)) out += "<span class=\"req\" title=\"the VM gate requires this check\">REQUIRED</span>";
+           "\" data-check=\"" + htmlEscape(r.check) + "\" data-status=\"" + st +
+           "\"><h3><span class=\"badge s-" + st + "\">" + st + "</span><span class=\"name\">" +
+           htmlEscape(r.check) + "</span>";
+    if (required.count(r.check))
+      out += "<span class=\"req\" title=\"the VM gate requires this check\">REQUIRED</span>";
     out += "<span class=\"reason\">" + htmlEscape(r.reason) + "</span></h3>";
     renderCheckBody(out, *c, now);
     out += "</article>\n";
   }
-  if (!any_problem) out += "<h2>Needs attention</h2><p class=\"muted\">nothing: every check passes</p>\n";
+  if (!any_problem)
+    out += "<h2>Needs attention</h2><p class=\"muted\">nothing: every check passes</p>\n";
 
   out += "<h2>Passing</h2>\n<div class=\"passing\">";
   bool any_pass = false;
@@ -241,21 +262,25 @@ std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSec
     any_pass = true;
     const CheckResult& r = c->result;
     out += "<details class=\"check-pass\" id=\"check-" + htmlEscape(r.check) + "\" data-check=\"" +
-           htmlEscape(r.check) + "\" data-status=\"PASS\"><summary><span class=\"badge s-PASS\">PASS</span>"
-           "<span class=\"name\">" + htmlEscape(r.check) + "</span>";
+           htmlEscape(r.check) +
+           "\" data-status=\"PASS\"><summary><span class=\"badge s-PASS\">PASS</span>"
+           "<span class=\"name\">" +
+           htmlEscape(r.check) + "</span>";
     if (required.count(r.check)) out += "<span class=\"req\">REQUIRED</span>";
     out += "<span class=\"muted\">" + htmlEscape(r.message) + "</span></summary>";
     renderCheckBody(out, *c, now);
     out += "</details>";
   }
-  if (!any_pass) out += "<p class=\"muted\" style=\"padding:6px 12px;margin:0\">no check passes</p>";
+  if (!any_pass)
+    out += "<p class=\"muted\" style=\"padding:6px 12px;margin:0\">no check passes</p>";
   out += "</div>\n";
 
   out += sections.render(snap);
-  out += "</main><footer>JSON: <a href=\"/api/v1/checks\">/api/v1/checks</a> &middot; "
-         "<a href=\"/metrics\">/metrics</a> &middot; <a href=\"/healthz\">/healthz</a> &middot; "
-         "<a href=\"/readyz\">/readyz</a> &middot; generation " + std::to_string(snap.generation) +
-         "</footer></body></html>\n";
+  out +=
+      "</main><footer>JSON: <a href=\"/api/v1/checks\">/api/v1/checks</a> &middot; "
+      "<a href=\"/metrics\">/metrics</a> &middot; <a href=\"/healthz\">/healthz</a> &middot; "
+      "<a href=\"/readyz\">/readyz</a> &middot; generation " +
+      std::to_string(snap.generation) + "</footer></body></html>\n";
   return out;
 }
 

@@ -5,8 +5,8 @@
 //   services.page.add("dns", "Guest DNS", [this](const Snapshot& s) { return html_fragment; });
 // The renderer runs on an HTTP worker thread for every page view: it must be thread-safe, quick,
 // and return a self-contained HTML fragment (no scripts, no external assets; escape every text
-// with htmlEscape from agent/publish/http_server.h). Sections appear below the checks, in the order added;
-// one that throws is replaced by an error note instead of breaking the page.
+// with htmlEscape from agent/publish/http_server.h). Sections appear below the checks, in the order
+// added; one that throws is replaced by an error note instead of breaking the page.
 #pragma once
 
 #include <chrono>

@@ -42,7 +42,8 @@ void registerDebugRoutes(HttpRouter& router, const AgentEndpoints& ep) {
   router.handlePrefix("/api/v1/checks/", [ep, dump](const HttpRequest& req) {
     std::string name = req.path.substr(std::string("/api/v1/checks/").size());
     auto snap = ep.runner->snapshot();
-    if (const CheckState* st = snap->find(name)) return HttpResponse::json(200, dump(checkStateJson(*st)));
+    if (const CheckState* st = snap->find(name))
+      return HttpResponse::json(200, dump(checkStateJson(*st)));
     return HttpResponse::json(404, dump({{"error", "no such check"}, {"check", name}}));
   });
   router.handle("/", [ep](const HttpRequest&) {

@@ -31,10 +31,10 @@ std::uint32_t triggerForUevent(const Uevent& ev) {
     // with EVENT=create|destroy (kvm_uevent_notify_change()): VM lifecycle, not a change of the
     // device. kvm-device's own KVM_CREATE_VM would otherwise re-trigger it without end (90
     // cycles a second measured on a KVM host), and every VM start would re-run the misc probes.
-    const bool lifecycle = ev.sysname && std::strcmp(ev.sysname, "kvm") == 0 && ev.action &&
-                           std::strcmp(ev.action, "change") == 0 && ev.kvm_event &&
-                           (std::strcmp(ev.kvm_event, "create") == 0 ||
-                            std::strcmp(ev.kvm_event, "destroy") == 0);
+    const bool lifecycle =
+        ev.sysname && std::strcmp(ev.sysname, "kvm") == 0 && ev.action &&
+        std::strcmp(ev.action, "change") == 0 && ev.kvm_event &&
+        (std::strcmp(ev.kvm_event, "create") == 0 || std::strcmp(ev.kvm_event, "destroy") == 0);
     if (lifecycle) return 0;
     return kTriggerUdevMisc;
   }
@@ -65,7 +65,8 @@ struct KernelEvents::Impl {
   udev_monitor* openMonitor(const char* source) {
     udev_monitor* m = udev_monitor_new_from_netlink(ctx, source);
     if (!m) {
-      log::warn("failed to open udev monitor", {{"source", source}, {"error", std::strerror(errno)}});
+      log::warn("failed to open udev monitor",
+                {{"source", source}, {"error", std::strerror(errno)}});
       return nullptr;
     }
     for (const char* sub : {"misc", "block", "net"})
@@ -73,7 +74,8 @@ struct KernelEvents::Impl {
     // A burst of block events (a VM host with many LVs) must not overflow the default buffer.
     udev_monitor_set_receive_buffer_size(m, 1 << 20);
     if (int rc = udev_monitor_enable_receiving(m); rc < 0) {
-      log::warn("failed to listen on udev monitor", {{"source", source}, {"error", std::strerror(-rc)}});
+      log::warn("failed to listen on udev monitor",
+                {{"source", source}, {"error", std::strerror(-rc)}});
       udev_monitor_unref(m);
       return nullptr;
     }
@@ -120,11 +122,13 @@ struct KernelEvents::Impl {
       if (bit) {
         bits |= bit;
         count(source, ev.subsystem);
-        log::debug("kernel event", {{"source", source}, {"subsystem", ev.subsystem},
+        log::debug("kernel event", {{"source", source},
+                                    {"subsystem", ev.subsystem},
                                     {"action", ev.action ? ev.action : ""},
                                     {"device", ev.sysname ? ev.sysname : ""}});
       } else if (ev.kvm_event) {
-        log::debug("kernel event ignored", {{"source", source}, {"device", ev.sysname ? ev.sysname : ""},
+        log::debug("kernel event ignored", {{"source", source},
+                                            {"device", ev.sysname ? ev.sysname : ""},
                                             {"kvm_event", ev.kvm_event}});
       }
       udev_device_unref(d);
@@ -158,7 +162,8 @@ struct KernelEvents::Impl {
           nl_bits = 0;
           int rc = nl_recvmsgs_default(nl);
           // An overflowed socket lost events: treat it as "links changed".
-          if (rc == -NLE_NOMEM || rc == -NLE_OBJ_NOTFOUND || rc == -NLE_MSG_OVERFLOW) nl_bits |= kTriggerNetLink;
+          if (rc == -NLE_NOMEM || rc == -NLE_OBJ_NOTFOUND || rc == -NLE_MSG_OVERFLOW)
+            nl_bits |= kTriggerNetLink;
           bits |= nl_bits;
         } else if (fd == mounts_fd) {
           // Re-reading from the start re-arms the change notification.
@@ -188,8 +193,8 @@ struct KernelEvents::Impl {
   }
 };
 
-Result<std::unique_ptr<KernelEvents>> KernelEvents::start(const HostRoot& host, Sink sink,
-                                                          std::shared_ptr<prometheus::Registry> registry) {
+Result<std::unique_ptr<KernelEvents>> KernelEvents::start(
+    const HostRoot& host, Sink sink, std::shared_ptr<prometheus::Registry> registry) {
   auto ev = std::unique_ptr<KernelEvents>(new KernelEvents());
   ev->impl_ = std::make_unique<Impl>();
   Impl& im = *ev->impl_;
@@ -216,9 +221,10 @@ Result<std::unique_ptr<KernelEvents>> KernelEvents::start(const HostRoot& host, 
     log::info("mount table events off", {{"path", mounts}, {"error", std::strerror(errno)}});
   if (!im.kernel_mon && !im.udev_mon && !im.nl && im.mounts_fd < 0)
     return Error{ENODEV, "failed to open any kernel event source"};
-  log::info("kernel event sources ready",
-            {{"uevent", im.kernel_mon ? "on" : "off"}, {"udev", im.udev_mon ? "on" : "off"},
-             {"rtnetlink", im.nl ? "on" : "off"}, {"mounts", im.mounts_fd >= 0 ? "on" : "off"}});
+  log::info("kernel event sources ready", {{"uevent", im.kernel_mon ? "on" : "off"},
+                                           {"udev", im.udev_mon ? "on" : "off"},
+                                           {"rtnetlink", im.nl ? "on" : "off"},
+                                           {"mounts", im.mounts_fd >= 0 ? "on" : "off"}});
   im.thread = std::thread([&im] { im.loop(); });
   return ev;
 }

@@ -25,8 +25,8 @@ class KernelEvents {
   using Sink = std::function<void(std::uint32_t trigger_bits)>;
 
   // registry may be null. Error only when no source at all could be opened.
-  static Result<std::unique_ptr<KernelEvents>> start(const HostRoot& host, Sink sink,
-                                                     std::shared_ptr<prometheus::Registry> registry);
+  static Result<std::unique_ptr<KernelEvents>> start(
+      const HostRoot& host, Sink sink, std::shared_ptr<prometheus::Registry> registry);
   ~KernelEvents();  // stops and joins the thread
 
   // More sinks beside the one given to start() (extensions, e.g. the DNS tracer's hop discovery):
@@ -48,8 +48,8 @@ class KernelEvents {
 // What a uevent says, as far as triggers go (any field may be null).
 struct Uevent {
   const char* subsystem = nullptr;
-  const char* sysname = nullptr;  // "kvm", "sda", "tap0"
-  const char* action = nullptr;   // "add", "remove", "change", ...
+  const char* sysname = nullptr;    // "kvm", "sda", "tap0"
+  const char* action = nullptr;     // "add", "remove", "change", ...
   const char* kvm_event = nullptr;  // the EVENT property KVM puts on its VM lifecycle uevents
 };
 

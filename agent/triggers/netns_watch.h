@@ -1,9 +1,9 @@
 // Link events inside the network namespaces the DNS tracer works in. The agent's rtnetlink source
-// (agent/triggers/kernel_events.h) hears only its own netns; in a virt-launcher pod's netns, virt-handler creates
-// k6t-eth0 and tap0 after the launcher process started, and no host-side event tells of them. An
-// rtnetlink socket opened inside a netns stays bound to it, so one socket per traced netns hears
-// them. Like an open netns file, a socket keeps its netns alive: remove() a netns when it is no
-// longer traced, together with closing its file.
+// (agent/triggers/kernel_events.h) hears only its own netns; in a virt-launcher pod's netns,
+// virt-handler creates k6t-eth0 and tap0 after the launcher process started, and no host-side event
+// tells of them. An rtnetlink socket opened inside a netns stays bound to it, so one socket per
+// traced netns hears them. Like an open netns file, a socket keeps its netns alive: remove() a
+// netns when it is no longer traced, together with closing its file.
 #pragma once
 
 #include <cstdint>

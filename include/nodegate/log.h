@@ -19,9 +19,17 @@ Level level();
 bool parseLevel(std::string_view text, Level* out);
 void write(Level level, std::string_view msg, std::initializer_list<Field> fields = {});
 
-inline void debug(std::string_view m, std::initializer_list<Field> f = {}) { write(Level::Debug, m, f); }
-inline void info(std::string_view m, std::initializer_list<Field> f = {}) { write(Level::Info, m, f); }
-inline void warn(std::string_view m, std::initializer_list<Field> f = {}) { write(Level::Warn, m, f); }
-inline void error(std::string_view m, std::initializer_list<Field> f = {}) { write(Level::Error, m, f); }
+inline void debug(std::string_view m, std::initializer_list<Field> f = {}) {
+  write(Level::Debug, m, f);
+}
+inline void info(std::string_view m, std::initializer_list<Field> f = {}) {
+  write(Level::Info, m, f);
+}
+inline void warn(std::string_view m, std::initializer_list<Field> f = {}) {
+  write(Level::Warn, m, f);
+}
+inline void error(std::string_view m, std::initializer_list<Field> f = {}) {
+  write(Level::Error, m, f);
+}
 
 }  // namespace nodegate::log

@@ -39,6 +39,8 @@ class SysDeviceIo final : public DeviceIo {
 
 }  // namespace
 
-std::shared_ptr<DeviceIo> makeSysDeviceIo() { return std::make_shared<SysDeviceIo>(); }
+std::shared_ptr<DeviceIo> makeSysDeviceIo() {
+  return std::make_shared<SysDeviceIo>();
+}
 
 }  // namespace nodegate

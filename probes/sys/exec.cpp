@@ -94,6 +94,8 @@ class SysExec final : public Exec {
 
 }  // namespace
 
-std::shared_ptr<Exec> makeSysExec() { return std::make_shared<SysExec>(); }
+std::shared_ptr<Exec> makeSysExec() {
+  return std::make_shared<SysExec>();
+}
 
 }  // namespace nodegate

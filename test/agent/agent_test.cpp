@@ -16,13 +16,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "publish/routes.h"
 #include "loop/runner.h"
-#include "triggers/kernel_events.h"
+#include "loop/state.h"
 #include "publish/http_server.h"
 #include "publish/metrics.h"
 #include "publish/page.h"
-#include "loop/state.h"
+#include "publish/routes.h"
+#include "triggers/kernel_events.h"
 
 namespace nodegate {
 namespace {
@@ -57,7 +57,9 @@ FakeProbe::Fn always(Status s, const std::string& check) {
 }
 
 using TP = std::chrono::system_clock::time_point;
-TP at(int seconds) { return TP(std::chrono::seconds(1'000'000 + seconds)); }
+TP at(int seconds) {
+  return TP(std::chrono::seconds(1'000'000 + seconds));
+}
 
 // ---------------------------------------------------------------- state and damping
 
@@ -163,9 +165,12 @@ struct Fixture {
 
 std::vector<std::unique_ptr<FakeProbe>> routingProbes() {
   std::vector<std::unique_ptr<FakeProbe>> v;
-  v.push_back(std::make_unique<FakeProbe>("misc", kTriggerTimer | kTriggerUdevMisc, always(Status::Pass, "misc")));
-  v.push_back(std::make_unique<FakeProbe>("block", kTriggerTimer | kTriggerUdevBlock, always(Status::Pass, "block")));
-  v.push_back(std::make_unique<FakeProbe>("timer-only", kTriggerTimer, always(Status::Pass, "timer-only")));
+  v.push_back(std::make_unique<FakeProbe>("misc", kTriggerTimer | kTriggerUdevMisc,
+                                          always(Status::Pass, "misc")));
+  v.push_back(std::make_unique<FakeProbe>("block", kTriggerTimer | kTriggerUdevBlock,
+                                          always(Status::Pass, "block")));
+  v.push_back(
+      std::make_unique<FakeProbe>("timer-only", kTriggerTimer, always(Status::Pass, "timer-only")));
   return v;
 }
 
@@ -262,9 +267,8 @@ TEST(Runner, AHangingProbeBecomesUnknownAndTheOthersGoOn) {
 
 TEST(Runner, AThrowingProbeBecomesUnknown) {
   std::vector<std::unique_ptr<FakeProbe>> v;
-  v.push_back(std::make_unique<FakeProbe>("boom", kTriggerTimer, [](int) -> CheckResult {
-    throw std::runtime_error("kaput");
-  }));
+  v.push_back(std::make_unique<FakeProbe>(
+      "boom", kTriggerTimer, [](int) -> CheckResult { throw std::runtime_error("kaput"); }));
   Fixture f(std::move(v));
   f.runner->runCycle(kTriggerTimer);
   const auto* st = f.runner->snapshot()->find("boom");
@@ -390,7 +394,8 @@ TEST(HttpRouter, LongestPrefixWinsAndExactBeatsPrefix) {
   HttpRouter r;
   r.handlePrefix("/api/", [](const HttpRequest&) { return HttpResponse::text(200, "api"); });
   r.handlePrefix("/api/v1/dns/", [](const HttpRequest&) { return HttpResponse::text(200, "dns"); });
-  r.handle("/api/v1/dns/traces", [](const HttpRequest&) { return HttpResponse::text(200, "exact"); });
+  r.handle("/api/v1/dns/traces",
+           [](const HttpRequest&) { return HttpResponse::text(200, "exact"); });
   EXPECT_EQ(r.dispatch(get("/api/v1/other")).body, "api");
   EXPECT_EQ(r.dispatch(get("/api/v1/dns/x")).body, "dns");
   EXPECT_EQ(r.dispatch(get("/api/v1/dns/traces")).body, "exact");
@@ -452,7 +457,7 @@ TEST(Handlers, ReadyzAfterTheFirstCycleAndApiShapes) {
   cfg.required = {"kvm-device", "tun"};
   Served s(pageProbes(), cfg);
   EXPECT_EQ(s.core.dispatch(get("/readyz")).status, 503);
-  EXPECT_EQ(s.core.dispatch(get("/healthz")).status, 200);  // grace: 3 resyncs from start
+  EXPECT_EQ(s.core.dispatch(get("/healthz")).status, 200);        // grace: 3 resyncs from start
   EXPECT_EQ(s.core.dispatch(get("/api/v1/checks")).status, 404);  // not on the metrics listener
   s.f.runner->runCycle(Runner::kRunAll);
   EXPECT_EQ(s.core.dispatch(get("/readyz")).status, 200);
@@ -492,8 +497,10 @@ TEST(Handlers, PageShowsVerdictFailingChecksFirstWithHintsAndSections) {
   cfg.required = {"kvm-device", "tun"};
   Served s(pageProbes(), cfg);
   EXPECT_THAT(s.debug.dispatch(get("/")).body, HasSubstr("Starting"));
-  s.sections.add("dns", "Guest DNS", [](const Snapshot&) { return std::string("<p id=\"dns-x\">ok</p>"); });
-  s.sections.add("broken", "Broken", [](const Snapshot&) -> std::string { throw std::runtime_error("x"); });
+  s.sections.add("dns", "Guest DNS",
+                 [](const Snapshot&) { return std::string("<p id=\"dns-x\">ok</p>"); });
+  s.sections.add("broken", "Broken",
+                 [](const Snapshot&) -> std::string { throw std::runtime_error("x"); });
   s.f.runner->runCycle(Runner::kRunAll);
   auto page = s.debug.dispatch(get("/"));
   ASSERT_EQ(page.status, 200);
@@ -518,7 +525,8 @@ TEST(Handlers, MetricsCarryChecksGateBuildAndDomainGaugesAndDropStaleSeries) {
   v.push_back(std::make_unique<FakeProbe>("lvm", kTriggerTimer, [&](int) {
     auto r = result("lvm", Status::Pass);
     r.metrics.push_back({"nodegate_lvm_vg_free_bytes", "Free bytes.", {{"vg", "vg0"}}, 100});
-    if (phase == 0) r.metrics.push_back({"nodegate_lvm_vg_free_bytes", "Free bytes.", {{"vg", "vg1"}}, 7});
+    if (phase == 0)
+      r.metrics.push_back({"nodegate_lvm_vg_free_bytes", "Free bytes.", {{"vg", "vg1"}}, 7});
     if (phase == 0) r.metrics.push_back({"nodegate_lvm_other", "Other.", {}, 1});
     r.metrics.push_back({"bad name!", "x", {}, 1});
     return r;
@@ -556,7 +564,8 @@ TEST(ProcessMetrics, ReadsThisProcess) {
   EXPECT_GT(st->virtual_bytes, st->resident_bytes);
   EXPECT_GE(st->open_fds, 3);
   EXPECT_GT(st->max_fds, st->open_fds);
-  auto now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   EXPECT_LT(st->start_time_seconds, now + 1);
   EXPECT_GT(st->start_time_seconds, now - 3600);
   EXPECT_FALSE(readProcessStats(HostRoot("/nonexistent")).ok());
@@ -623,7 +632,8 @@ std::string rawExchange(int port, const std::string& bytes) {
 
 TEST(HttpServer, ServesRoutesAndRefusesOversizeBodies) {
   auto router = std::make_shared<HttpRouter>();
-  router->handle("/echo", [](const HttpRequest& r) { return HttpResponse::text(200, "got " + r.body); },
+  router->handle("/echo",
+                 [](const HttpRequest& r) { return HttpResponse::text(200, "got " + r.body); },
                  {"POST"});
   router->handle("/q", [](const HttpRequest& r) { return HttpResponse::text(200, r.query); });
   auto server = HttpServer::start("127.0.0.1:19201", router, "test");
@@ -631,13 +641,17 @@ TEST(HttpServer, ServesRoutesAndRefusesOversizeBodies) {
   EXPECT_EQ(server.value()->port(), 19201);
   EXPECT_THAT(rawExchange(19201, "GET /q?a=b HTTP/1.1\r\nHost: x\r\n\r\n"),
               HasSubstr("HTTP/1.1 200 OK"));
-  EXPECT_THAT(rawExchange(19201, "GET /q?a=b HTTP/1.1\r\nHost: x\r\n\r\n"), HasSubstr("\r\n\r\na=b"));
+  EXPECT_THAT(rawExchange(19201, "GET /q?a=b HTTP/1.1\r\nHost: x\r\n\r\n"),
+              HasSubstr("\r\n\r\na=b"));
   EXPECT_THAT(rawExchange(19201, "GET /missing HTTP/1.1\r\nHost: x\r\n\r\n"), HasSubstr("404"));
-  EXPECT_THAT(rawExchange(19201, "PUT /q HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"), HasSubstr("405"));
-  EXPECT_THAT(rawExchange(19201, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"),
-              HasSubstr("got hello"));
-  EXPECT_THAT(rawExchange(19201, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\nxx"),
-              HasSubstr("413"));
+  EXPECT_THAT(rawExchange(19201, "PUT /q HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"),
+              HasSubstr("405"));
+  EXPECT_THAT(
+      rawExchange(19201, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"),
+      HasSubstr("got hello"));
+  EXPECT_THAT(
+      rawExchange(19201, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\nxx"),
+      HasSubstr("413"));
   std::string head = rawExchange(19201, "HEAD /q?abc HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_THAT(head, HasSubstr("Content-Length: 3"));
   EXPECT_THAT(head, Not(HasSubstr("\r\n\r\nabc")));

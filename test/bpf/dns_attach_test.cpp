@@ -248,8 +248,7 @@ class TcpDnsServer {
   TcpDnsServer(const TwoNetns& net, const std::string& mode)
       : dir_("/tmp/ngbpf-tcp-" + std::to_string(getpid())) {
     if (sh("mkdir -p " + dir_) != 0) return;
-    if (!write(dir_ + "/server.py", kTcpDnsServer) ||
-        !write(dir_ + "/client.py", kSplitTcpClient))
+    if (!write(dir_ + "/server.py", kTcpDnsServer) || !write(dir_ + "/client.py", kSplitTcpClient))
       return;
     // timeout bounds the server even if the test dies before the destructor runs.
     if (sh("ip netns exec " + net.b + " timeout 20 python3 " + dir_ + "/server.py " + dir_ +
@@ -512,8 +511,10 @@ TEST_F(DnsAttachTest, DirectionOfBridgedAndForwardedPackets) {
 // The attachment id is the filters' classid ("flowid :N" in tc's listing): the same on both hooks
 // of a device, another on the next device.
 TEST_F(DnsAttachTest, EachAttachmentsFiltersCarryItsId) {
-  ASSERT_TRUE(tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok());
-  ASSERT_TRUE(tracer_->attach({.netns_path = net_->path(net_->b), .ifindex = net_->ifindex_b}).ok());
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok());
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->b), .ifindex = net_->ifindex_b}).ok());
   auto flowid = [&](const std::string& ns, const std::string& dev, const char* dir) {
     const std::string out = capture("tc -n " + ns + " filter show dev " + dev + " " + dir);
     const auto at = out.find("flowid ");
@@ -529,12 +530,14 @@ TEST_F(DnsAttachTest, EachAttachmentsFiltersCarryItsId) {
 // An event still in the ring when its filter is detached names no device: its attachment id is
 // not handed to the next attachment, so it cannot be taken for that one's.
 TEST_F(DnsAttachTest, EventOfADetachedFilterNamesNoDevice) {
-  ASSERT_TRUE(tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a,
-                               .hop = 3}).ok());
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a, .hop = 3})
+          .ok());
   net_->query("late.nodegate.test");
   ASSERT_TRUE(tracer_->detach(ino_a_, net_->ifindex_a).ok());
-  ASSERT_TRUE(tracer_->attach({.netns_path = net_->path(net_->b), .ifindex = net_->ifindex_b,
-                               .hop = 4}).ok());
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->b), .ifindex = net_->ifindex_b, .hop = 4})
+          .ok());
   int late = 0;
   auto n = tracer_->consume([&](const ng_dns_event& ev) {
     if (ev.kind != NG_EV_PACKET || std::string(ev.qname) != "late.nodegate.test") return;
@@ -559,13 +562,14 @@ TEST_F(DnsAttachTest, FilterWithoutClsactIsAClearError) {
   }).join();
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().code, 0);
-  EXPECT_EQ(r.error().message.rfind("failed to add tc filter on ifindex " +
-                                        std::to_string(net_->ifindex_a) + " ingress",
-                                    0),
-            0u)
+  EXPECT_EQ(
+      r.error().message.rfind(
+          "failed to add tc filter on ifindex " + std::to_string(net_->ifindex_a) + " ingress", 0),
+      0u)
       << r.error().message;
-  EXPECT_EQ(capture("tc -n " + net_->a + " filter show dev " + net_->dev_a + " ingress").find("ng_tc"),
-            std::string::npos);
+  EXPECT_EQ(
+      capture("tc -n " + net_->a + " filter show dev " + net_->dev_a + " ingress").find("ng_tc"),
+      std::string::npos);
 }
 
 TEST_F(DnsAttachTest, DetachRemovesOnlyWhatWeCreated) {
@@ -667,7 +671,8 @@ TEST_F(DnsAttachTest, HalfFullRingWakesThePollThread) {
   // Concurrent digs: nothing answers, so each one waits its second out.
   auto burst = [&](const std::string& prefix, int n) {
     sh("ip netns exec " + net_->a + " sh -c 'for i in $(seq " + std::to_string(n) +
-       "); do dig +tries=1 +time=1 @10.77.0.2 " + prefix + "$i.nodegate.test >/dev/null & done; wait'");
+       "); do dig +tries=1 +time=1 @10.77.0.2 " + prefix +
+       "$i.nodegate.test >/dev/null & done; wait'");
   };
   burst("quarter", 4);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -700,7 +705,8 @@ std::size_t bpfMappedBytes() {
   char line[512];
   while (std::fgets(line, sizeof line, f) != nullptr) {
     unsigned long lo = 0, hi = 0;
-    if (std::strstr(line, "anon_inode:bpf-map") != nullptr && std::sscanf(line, "%lx-%lx", &lo, &hi) == 2)
+    if (std::strstr(line, "anon_inode:bpf-map") != nullptr &&
+        std::sscanf(line, "%lx-%lx", &lo, &hi) == 2)
       total += hi - lo;
   }
   std::fclose(f);
@@ -709,7 +715,8 @@ std::size_t bpfMappedBytes() {
 
 template <typename Pred>
 bool waitFor(Pred pred) {
-  for (int i = 0; i < 150 && !pred(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (int i = 0; i < 150 && !pred(); i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   return pred();
 }
 

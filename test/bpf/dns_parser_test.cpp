@@ -302,8 +302,8 @@ TEST_F(DnsParserTest, TcpLengthPrefixInItsOwnSegment) {
   DnsMsg r = q;
   r.flags = 0x8180;
   const Bytes rmsg = r.bytes();
-  const FrameSpec rbare{.tcp = true, .sport = 53, .dport = 41001, .tcp_length_prefix = false,
-                        .tcp_seq = 123456};
+  const FrameSpec rbare{
+      .tcp = true, .sport = 53, .dport = 41001, .tcp_length_prefix = false, .tcp_seq = 123456};
   FrameSpec rrest = rbare;
   rrest.tcp_seq = 123458;
   EXPECT_TRUE(run(buildFrame(rbare, {0, static_cast<uint8_t>(rmsg.size())})).empty());
@@ -475,8 +475,7 @@ TEST_F(DnsParserTest, RecordSizeFollowsTheQuestion) {
       {"101 chars: one byte over Q2", wireName(dotted(101)), q3, q3},
       {"124 chars: the longest whose qtype is captured", wireName(dotted(124)), q3, q3},
       {"125 chars: qtype past the capture", wireName(dotted(125)), q3, q3},
-      {"255-byte name", wireName(l63 + "." + l63 + "." + l63 + "." + std::string(61, 'b')), q3,
-       q3},
+      {"255-byte name", wireName(l63 + "." + l63 + "." + l63 + "." + std::string(61, 'b')), q3, q3},
       {"17 labels", wireName(labels17), q1, q3},
       {"pointer at byte 20", pointer, q1, q1},
   };
@@ -527,9 +526,9 @@ TEST_F(DnsParserTest, QuestionEndsBeforeItsClaimedLength) {
   q.name = wireName(std::string(49, 'x') + "." + std::string(50, 'y'));  // zero byte at 101
   const Bytes full = buildFrame({}, q.bytes());
   const size_t dns_start = 14 + 20 + 8;
-  const std::pair<size_t, size_t> cases[] = {
-      {3, NG_DNS_REC_Q1}, {40, NG_DNS_REC_Q1}, {41, NG_DNS_REC_Q3}, {101, NG_DNS_REC_Q3},
-      {102, NG_DNS_REC_Q2}, {103, NG_DNS_REC_Q2}};
+  const std::pair<size_t, size_t> cases[] = {{3, NG_DNS_REC_Q1},   {40, NG_DNS_REC_Q1},
+                                             {41, NG_DNS_REC_Q3},  {101, NG_DNS_REC_Q3},
+                                             {102, NG_DNS_REC_Q2}, {103, NG_DNS_REC_Q2}};
   for (auto [have, room] : cases) {
     SCOPED_TRACE("question bytes in the frame: " + std::to_string(have));
     Bytes cut(full.begin(), full.begin() + static_cast<long>(dns_start + 12 + have));

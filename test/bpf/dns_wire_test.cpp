@@ -213,8 +213,8 @@ TEST(DnsWire, RecordIsDecoded) {
   head.pkt_len = 99;
   const Bytes w = wire({"kube-dns", "kube-system", "svc"}, 28);  // fits the smallest record
   head.qrest = static_cast<uint16_t>(w.size());
-  for (std::size_t room : {std::size_t{NG_DNS_REC_Q1}, std::size_t{NG_DNS_REC_Q2},
-                           std::size_t{NG_DNS_REC_Q3}}) {
+  for (std::size_t room :
+       {std::size_t{NG_DNS_REC_Q1}, std::size_t{NG_DNS_REC_Q2}, std::size_t{NG_DNS_REC_Q3}}) {
     SCOPED_TRACE("room=" + std::to_string(room));
     const Bytes r = record(head, w, room);
     ng_dns_event ev;

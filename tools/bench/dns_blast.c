@@ -24,16 +24,14 @@
 #define MAX_SOCKS 16
 #define NAMES 50
 
-static double now(void)
-{
+static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* qNN.bench.test A, RD set, id = seq. */
-static size_t build_query(uint8_t *b, uint16_t id, int name)
-{
+static size_t build_query(uint8_t* b, uint16_t id, int name) {
   char label[8];
   size_t n = 0;
   int ll = snprintf(label, sizeof label, "q%d", name + 1);
@@ -63,8 +61,7 @@ static size_t build_query(uint8_t *b, uint16_t id, int name)
   return n;
 }
 
-static long drain(int fd)
-{
+static long drain(int fd) {
   static uint8_t bufs[BATCH][512];
   struct mmsghdr msgs[BATCH];
   struct iovec iov[BATCH];
@@ -79,14 +76,12 @@ static long drain(int fd)
       msgs[i].msg_hdr.msg_iovlen = 1;
     }
     int r = recvmmsg(fd, msgs, BATCH, MSG_DONTWAIT, NULL);
-    if (r <= 0)
-      return got;
+    if (r <= 0) return got;
     got += r;
   }
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char** argv) {
   if (argc < 4) {
     fprintf(stderr, "usage: %s SERVER_IPV4 QUERIES_PER_SECOND SECONDS [SOCKETS]\n", argv[0]);
     return 2;
@@ -107,7 +102,7 @@ int main(int argc, char **argv)
   for (int i = 0; i < nsock; i++) {
     fds[i] = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
     int big = 4 << 20;
-    if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&dst, sizeof dst) != 0) {
+    if (fds[i] < 0 || connect(fds[i], (struct sockaddr*)&dst, sizeof dst) != 0) {
       fprintf(stderr, "failed to open query socket: %s\n", strerror(errno));
       return 1;
     }
@@ -126,8 +121,7 @@ int main(int argc, char **argv)
   while ((t = now()) < end) {
     long due = (long)((t - t0) * rate) - sent;
     if (due <= 0) {
-      for (int i = 0; i < nsock; i++)
-        answered += drain(fds[i]);
+      for (int i = 0; i < nsock; i++) answered += drain(fds[i]);
       struct timespec nap = {0, 50000}; /* 50 µs: fine pacing without a busy loop */
       nanosleep(&nap, NULL);
       continue;
@@ -153,8 +147,7 @@ int main(int argc, char **argv)
   /* Answers still on their way. */
   const double grace = now() + 0.2;
   while (now() < grace) {
-    for (int i = 0; i < nsock; i++)
-      answered += drain(fds[i]);
+    for (int i = 0; i < nsock; i++) answered += drain(fds[i]);
     usleep(10000);
   }
   double el = now() - t0 - 0.2;

@@ -3,7 +3,8 @@
 // Driven by tools/bench/kube-fleet.py, which reads the server's request log for the figures.
 //
 //   kube_fleet --kubeconfig FILE --agents N [--first I] [--duration S] [--resync S]
-//              [--flip-every S] [--flip-after S] [--heartbeat S] [--startup-jitter S] [--qps Q --burst B]
+//              [--flip-every S] [--flip-after S] [--heartbeat S] [--startup-jitter S] [--qps Q
+//              --burst B]
 //
 // Agent i publishes node "fleet-<i>". Every --resync seconds each agent publishes its
 // (unchanged) snapshot again, as the agent loop does after each cycle. With --flip-every, one
@@ -23,8 +24,8 @@
 
 #include <prometheus/registry.h>
 
-#include "publish/kube/publisher.h"
 #include "nodegate/log.h"
+#include "publish/kube/publisher.h"
 
 using namespace nodegate;
 using namespace nodegate::kube;
@@ -33,7 +34,8 @@ namespace {
 
 Snapshot snapshot(bool kvm_ok) {
   Snapshot s;
-  auto add = [&](const char* name, Status st, const char* reason, std::map<std::string, std::string> labels) {
+  auto add = [&](const char* name, Status st, const char* reason,
+                 std::map<std::string, std::string> labels) {
     CheckState c;
     c.result = makeResult(name, st, reason, std::string(name) + " " + std::string(toString(st)));
     c.result.labels = std::move(labels);
@@ -104,19 +106,22 @@ int main(int argc, char** argv) {
   auto next_resync = start + std::chrono::duration<double>(resync);
   // Flips wait for --flip-after so the restart burst is measured without them.
   double flip_after = arg(argc, argv, "--flip-after", 0);
-  auto next_flip = start + std::chrono::duration<double>(flip_every > 0 ? flip_after + flip_every : 1e9);
+  auto next_flip =
+      start + std::chrono::duration<double>(flip_every > 0 ? flip_after + flip_every : 1e9);
   int flip_index = 0;
   while (std::chrono::steady_clock::now() - start < std::chrono::duration<double>(duration)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     auto now = std::chrono::steady_clock::now();
     if (now >= next_resync) {
-      for (int i = 0; i < agents; ++i) pubs[static_cast<std::size_t>(i)]->publish(snapshot(state[static_cast<std::size_t>(i)]));
+      for (int i = 0; i < agents; ++i)
+        pubs[static_cast<std::size_t>(i)]->publish(snapshot(state[static_cast<std::size_t>(i)]));
       next_resync += std::chrono::duration<double>(resync);
     }
     if (now >= next_flip) {
       auto idx = static_cast<std::size_t>(flip_index++ % agents);
       state[idx] = !state[idx];
-      double t = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      double t = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                     .count();
       pubs[idx]->publish(snapshot(state[idx]));
       std::printf("flip fleet-%d %.6f\n", first + static_cast<int>(idx), t);
       std::fflush(stdout);

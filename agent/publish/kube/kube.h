@@ -5,9 +5,9 @@
 
 #include <prometheus/registry.h>
 
+#include "cli/options.h"
 #include "nodegate/result.h"
 #include "nodegate/snapshot.h"
-#include "cli/options.h"
 
 namespace nodegate {
 

@@ -9,9 +9,9 @@
 #include <random>
 #include <thread>
 
+#include "nodegate/log.h"
 #include "publish/kube/kube.h"
 #include "publish/kube/publisher.h"
-#include "nodegate/log.h"
 
 namespace nodegate::kube {
 namespace {
@@ -64,12 +64,12 @@ class KubePublisher final : public Publisher {
     // Each agent's heartbeat drifts a little so a fleet started together does not stay in step.
     heartbeat_ = std::chrono::seconds(
         static_cast<long long>(static_cast<double>(o_.heartbeat.count()) * spread(rng_)));
-    startup_delay_ = std::uniform_real_distribution<double>(0, std::max(0.0, o_.startup_jitter_s))(rng_);
+    startup_delay_ =
+        std::uniform_real_distribution<double>(0, std::max(0.0, o_.startup_jitter_s))(rng_);
     watch_seed_ = rng_();
-    log::info("kubernetes publisher started",
-              {{"server", creds_.config().server},
-               {"source", creds_.config().source},
-               {"node", o_.publish.node_name}});
+    log::info("kubernetes publisher started", {{"server", creds_.config().server},
+                                               {"source", creds_.config().source},
+                                               {"node", o_.publish.node_name}});
     reconciler_ = std::thread([this] { reconcileLoop(); });
     watcher_ = std::thread([this] { watchLoop(); });
     if (o_.cluster_dns) cluster_reader_ = std::thread([this] { clusterDnsLoop(); });
@@ -187,14 +187,15 @@ class KubePublisher final : public Publisher {
     for (int attempt = 0;; ++attempt) {
       auto patch = nodePatch(want, node, o_.publish);
       if (!patch) break;
-      auto r = api_.request("patch", "PATCH", nodePath(), "application/merge-patch+json",
-                            patch->dump());
+      auto r =
+          api_.request("patch", "PATCH", nodePath(), "application/merge-patch+json", patch->dump());
       if (r.ok()) {
         if (auto n = parseJson(r.body)) {
           node = *n;
           adoptWritten(node);
         }
-        log::info("updated node metadata", {{"node", o_.publish.node_name}, {"patch", patch->dump()}});
+        log::info("updated node metadata",
+                  {{"node", o_.publish.node_name}, {"patch", patch->dump()}});
         break;
       }
       // Someone changed the Node (usually its taints) since we read it: read again and redo.
@@ -265,8 +266,9 @@ class KubePublisher final : public Publisher {
         continue;
       }
       if (++e.attempts >= kMaxEventAttempts) {
-        log::warn("failed to post event, dropping it",
-                  {{"node", o_.publish.node_name}, {"condition", e.t.to.type}, {"error", describe(r)}});
+        log::warn(
+            "failed to post event, dropping it",
+            {{"node", o_.publish.node_name}, {"condition", e.t.to.type}, {"error", describe(r)}});
         pending_events_.pop_front();
         continue;
       }
@@ -280,7 +282,9 @@ class KubePublisher final : public Publisher {
     std::string key = t.to.type + "|" + t.to.status + "|" + t.to.reason;
     auto now = std::chrono::system_clock::now();
     if (auto it = series_.find(key); it != series_.end() && now - it->second.last < kSeriesWindow) {
-      json patch = {{"series", {{"count", it->second.count + 1}, {"lastObservedTime", formatMicroTime(e.at)}}}};
+      json patch = {
+          {"series",
+           {{"count", it->second.count + 1}, {"lastObservedTime", formatMicroTime(e.at)}}}};
       auto r = api_.request("patch", "PATCH", eventsPath() + "/" + it->second.name,
                             "application/merge-patch+json", patch.dump());
       if (r.ok()) {
@@ -291,7 +295,8 @@ class KubePublisher final : public Publisher {
       if (r.code != 404) return r;
       series_.erase(it);  // expired on the server (events have a TTL): start a new one
     }
-    auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(e.at.time_since_epoch()).count();
+    auto nanos =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(e.at.time_since_epoch()).count();
     char suffix[32];
     std::snprintf(suffix, sizeof suffix, ".%llx", static_cast<unsigned long long>(nanos));
     std::string name = o_.publish.node_name + suffix;
@@ -302,12 +307,14 @@ class KubePublisher final : public Publisher {
         {"metadata", {{"name", name}, {"namespace", o_.event_namespace}}},
         {"eventTime", formatMicroTime(e.at)},
         {"reportingController", o_.publish.prefix + "/agent"},
-        {"reportingInstance", (o_.publish.prefix + "/agent-" + o_.publish.node_name).substr(0, 128)},
+        {"reportingInstance",
+         (o_.publish.prefix + "/agent-" + o_.publish.node_name).substr(0, 128)},
         {"action", "CheckStatus"},
         {"reason", t.to.reason},
         {"type", t.to.status == "True" ? "Normal" : "Warning"},
         {"note", (t.to.type + " is " + t.to.status + ": " + t.to.message).substr(0, 1024)},
-        {"regarding", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", o_.publish.node_name}, {"uid", uid}}},
+        {"regarding",
+         {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", o_.publish.node_name}, {"uid", uid}}},
     };
     auto r = api_.request("create", "POST", eventsPath(), "application/json", ev.dump());
     if (r.ok()) series_[key] = {name, 1, now};
@@ -324,12 +331,14 @@ class KubePublisher final : public Publisher {
     while (!stop_.stopped()) {
       ClusterDnsFacts f = fetchClusterDns(cluster_api_, o_.cluster);
       if (stop_.stopped()) return;
-      if (!last || last->cilium_detail != f.cilium_detail || last->endpoints_detail != f.endpoints_detail) {
+      if (!last || last->cilium_detail != f.cilium_detail ||
+          last->endpoints_detail != f.endpoints_detail) {
         auto level = f.cilium_read == ApiRead::Forbidden || f.cilium_read == ApiRead::Failed ||
                              f.endpoints_read != ApiRead::Ok
                          ? log::Level::Warn
                          : log::Level::Info;
-        log::write(level, "cluster dns facts", {{"cilium", f.cilium_detail}, {"coredns", f.endpoints_detail}});
+        log::write(level, "cluster dns facts",
+                   {{"cilium", f.cilium_detail}, {"coredns", f.endpoints_detail}});
       }
       o_.cluster_dns->publish(f);
       last = std::move(f);
@@ -344,7 +353,8 @@ class KubePublisher final : public Publisher {
     std::mt19937_64 rng(watch_seed_ ^ 0x9e3779b97f4a7c15ULL);
     std::string rv;
     auto pause = [&](const HttpResponse& r) {
-      double d = r.retry_after && (r.code == 429 || r.code == 503) ? std::min(*r.retry_after, 300.0) : bo.next();
+      double d = r.retry_after && (r.code == 429 || r.code == 503) ? std::min(*r.retry_after, 300.0)
+                                                                   : bo.next();
       return stop_.sleepFor(std::chrono::duration<double>(d));
     };
     while (!stop_.stopped()) {
@@ -359,8 +369,8 @@ class KubePublisher final : public Publisher {
         rv = rvOf(*n);
         offerNode(*n);
       }
-      auto timeout = static_cast<long long>(
-          o_.watch_timeout_s * std::uniform_real_distribution<double>(1.0, 1.5)(rng));
+      auto timeout = static_cast<long long>(o_.watch_timeout_s *
+                                            std::uniform_real_distribution<double>(1.0, 1.5)(rng));
       std::string path = "/api/v1/nodes?fieldSelector=metadata.name%3D" + o_.publish.node_name +
                          "&watch=true&allowWatchBookmarks=true&resourceVersion=" + rv +
                          "&timeoutSeconds=" + std::to_string(timeout);
@@ -376,8 +386,10 @@ class KubePublisher final : public Publisher {
             const json& obj = (*ev)["object"];
             if (type == "ERROR") {
               // 410 Gone: our resourceVersion fell out of the server's window; start over.
-              if (obj.is_object() && obj.value("code", 0) == 410) relist = true;
-              else failed_event = true;
+              if (obj.is_object() && obj.value("code", 0) == 410)
+                relist = true;
+              else
+                failed_event = true;
               return false;
             }
             ++events;
@@ -414,8 +426,8 @@ class KubePublisher final : public Publisher {
   Stopper stop_;
   std::mt19937_64 rng_;
   Backoff backoff_;
-  HttpClient api_;        // reconcile thread only
-  HttpClient watch_api_;  // watch thread only
+  HttpClient api_;          // reconcile thread only
+  HttpClient watch_api_;    // watch thread only
   HttpClient cluster_api_;  // cluster DNS thread only
   std::chrono::seconds heartbeat_{0};
   double startup_delay_ = 0;
@@ -447,19 +459,22 @@ PublisherOptions publisherOptions(const Options& opts, const Config& config) {
   o.publish.required = config.required;
   o.qps = config.number("kube", "qps", o.qps);
   o.burst = config.number("kube", "burst", o.burst);
-  o.heartbeat = std::chrono::seconds(
-      static_cast<long long>(config.number("kube", "heartbeat_seconds", 300)));
+  o.heartbeat =
+      std::chrono::seconds(static_cast<long long>(config.number("kube", "heartbeat_seconds", 300)));
   o.startup_jitter_s = config.number("kube", "startup_jitter_seconds", o.startup_jitter_s);
   o.watch_timeout_s = config.number("kube", "watch_timeout_seconds", o.watch_timeout_s);
   o.event_namespace = config.text("kube", "event_namespace", o.event_namespace);
   o.cluster_dns = processClusterDns();
   // Cilium's settings and CoreDNS's pods change rarely; two cached reads per node every 5
   // minutes is 33 requests/s for 5,000 nodes, where the resync cadence (60 s) would be 167.
-  o.cluster.refresh = std::chrono::seconds(static_cast<long long>(std::max(
-      opts.resync_seconds, config.number("kube", "cluster_dns_refresh_seconds", 300))));
-  o.cluster.cilium_namespace = config.text("dns-path", "cilium_namespace", o.cluster.cilium_namespace);
-  o.cluster.cilium_configmap = config.text("dns-path", "cilium_configmap", o.cluster.cilium_configmap);
-  o.cluster.dns_namespace = config.text("dns-path", "dns_service_namespace", o.cluster.dns_namespace);
+  o.cluster.refresh = std::chrono::seconds(static_cast<long long>(
+      std::max(opts.resync_seconds, config.number("kube", "cluster_dns_refresh_seconds", 300))));
+  o.cluster.cilium_namespace =
+      config.text("dns-path", "cilium_namespace", o.cluster.cilium_namespace);
+  o.cluster.cilium_configmap =
+      config.text("dns-path", "cilium_configmap", o.cluster.cilium_configmap);
+  o.cluster.dns_namespace =
+      config.text("dns-path", "dns_service_namespace", o.cluster.dns_namespace);
   o.cluster.dns_service = config.text("dns-path", "dns_service", o.cluster.dns_service);
   return o;
 }
@@ -479,12 +494,16 @@ Result<std::unique_ptr<Publisher>> makeKubePublisher(const Options& opts, const 
                                                      prometheus::Registry& registry) {
   auto o = kube::publisherOptions(opts, config);
   if (o.publish.node_name.empty())
-    return Error{EINVAL, "failed to start kubernetes publisher: no node name (--node-name or $NODE_NAME)"};
+    return Error{EINVAL,
+                 "failed to start kubernetes publisher: no node name (--node-name or $NODE_NAME)"};
   if (o.qps <= 0 || o.burst < 1 || o.heartbeat.count() < 0 || o.watch_timeout_s < 1)
-    return Error{EINVAL, "failed to start kubernetes publisher: kube.qps must be > 0, kube.burst >= 1, "
-                         "kube.heartbeat_seconds >= 0, kube.watch_timeout_seconds >= 1"};
+    return Error{EINVAL,
+                 "failed to start kubernetes publisher: kube.qps must be > 0, kube.burst >= 1, "
+                 "kube.heartbeat_seconds >= 0, kube.watch_timeout_seconds >= 1"};
   auto client = kube::loadClientConfig(opts.kube, opts.kubeconfig);
-  if (!client) return Error{client.error().code, "failed to start kubernetes publisher: " + client.error().message};
+  if (!client)
+    return Error{client.error().code,
+                 "failed to start kubernetes publisher: " + client.error().message};
   return kube::startPublisher(std::move(client).value(), std::move(o), registry);
 }
 

@@ -20,7 +20,9 @@ std::string oneLine(std::string s) {
   return s;
 }
 
-bool alnum(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; }
+bool alnum(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0;
+}
 
 const json* path(const json& j, std::initializer_list<const char*> keys) {
   const json* cur = &j;
@@ -38,7 +40,8 @@ std::string stringAt(const json& j, std::initializer_list<const char*> keys) {
   return v && v->is_string() ? v->get<std::string>() : std::string();
 }
 
-std::map<std::string, std::string> stringMap(const json& j, std::initializer_list<const char*> keys) {
+std::map<std::string, std::string> stringMap(const json& j,
+                                             std::initializer_list<const char*> keys) {
   std::map<std::string, std::string> out;
   const json* v = path(j, keys);
   if (!v || !v->is_object()) return out;
@@ -82,7 +85,8 @@ const json* observedCondition(const json& node, const std::string& type) {
 // for 12 s"); rewriting the Node each time one changes would defeat change-only publishing, so
 // a new message rides along with the next status change or heartbeat.
 bool sameAsObserved(const Condition& want, const json* seen) {
-  return seen && seen->value("status", "") == want.status && seen->value("reason", "") == want.reason;
+  return seen && seen->value("status", "") == want.status &&
+         seen->value("reason", "") == want.reason;
 }
 
 Condition evaluate(const ConditionSource& src, const std::vector<const CheckState*>& present,
@@ -126,13 +130,16 @@ Condition evaluate(const ConditionSource& src, const std::vector<const CheckStat
   const CheckState* first = bad.front();
   if (any_false)
     for (const auto* c : bad)
-      if (c->result.status != Status::Unknown) { first = c; break; }
+      if (c->result.status != Status::Unknown) {
+        first = c;
+        break;
+      }
   out.reason = first->result.reason.empty() ? "CheckFailed" : first->result.reason;
   std::string msg;
   for (const auto* c : bad) {
     if (!msg.empty()) msg += "; ";
-    msg += c->result.check + " " + std::string(toString(c->result.status)) + ": " +
-           c->result.message;
+    msg +=
+        c->result.check + " " + std::string(toString(c->result.status)) + ": " + c->result.message;
   }
   out.message = oneLine(msg);
   return out;
@@ -150,8 +157,12 @@ const std::vector<ConditionSource>& conditionSources() {
   return kSources;
 }
 
-std::string ownedLabelsAnnotation(const std::string& prefix) { return prefix + "/owned-labels"; }
-std::string taintKey(const std::string& prefix) { return prefix + "/not-ready"; }
+std::string ownedLabelsAnnotation(const std::string& prefix) {
+  return prefix + "/owned-labels";
+}
+std::string taintKey(const std::string& prefix) {
+  return prefix + "/not-ready";
+}
 
 std::string sanitizeLabelValue(const std::string& value) {
   std::string out;
@@ -242,7 +253,8 @@ std::optional<json> statusPatch(const Desired& want, const json& node, Clock::ti
   bool stale_present = false;
   for (const auto& type : want.absent_conditions)
     if (observedCondition(node, type)) stale_present = true;
-  if (!changed && !stale_present && (heartbeat.count() == 0 || now < nextHeartbeat(want, node, heartbeat)))
+  if (!changed && !stale_present &&
+      (heartbeat.count() == 0 || now < nextHeartbeat(want, node, heartbeat)))
     return std::nullopt;
 
   const std::string stamp = formatTime(now);
@@ -304,8 +316,8 @@ std::string formatTime(Clock::time_point t) {
 
 std::string formatMicroTime(Clock::time_point t) {
   std::time_t secs = Clock::to_time_t(t);
-  auto micros = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count() %
-                1000000;
+  auto micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count() % 1000000;
   if (micros < 0) micros += 1000000;
   std::tm tm{};
   gmtime_r(&secs, &tm);

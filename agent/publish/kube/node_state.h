@@ -28,15 +28,15 @@ struct PublishSettings {
 
 struct Condition {
   std::string type;
-  std::string status;  // "True" | "False" | "Unknown"
-  std::string reason;  // CamelCase
+  std::string status;   // "True" | "False" | "Unknown"
+  std::string reason;   // CamelCase
   std::string message;  // one line
   bool operator==(const Condition&) const = default;
 };
 
 struct Desired {
-  std::map<std::string, std::string> labels;  // full keys, gate label included when open
-  std::vector<Condition> conditions;          // only those whose probes are in the snapshot
+  std::map<std::string, std::string> labels;   // full keys, gate label included when open
+  std::vector<Condition> conditions;           // only those whose probes are in the snapshot
   std::vector<std::string> absent_conditions;  // our condition types with no probe: removed
   bool taint = false;
 };
@@ -67,8 +67,9 @@ std::optional<nlohmann::json> nodePatch(const Desired& want, const nlohmann::jso
 
 // Strategic merge patch for /api/v1/nodes/<name>/status (conditions merge by type). All our
 // conditions are written together with a fresh heartbeat whenever one's status or reason
-// changed (a message-only change waits for the next write) or a heartbeat is due (heartbeat == 0: never for its own sake); lastTransitionTime survives an unchanged
-// status. nullopt: nothing to write.
+// changed (a message-only change waits for the next write) or a heartbeat is due (heartbeat == 0:
+// never for its own sake); lastTransitionTime survives an unchanged status. nullopt: nothing to
+// write.
 std::optional<nlohmann::json> statusPatch(const Desired& want, const nlohmann::json& node,
                                           Clock::time_point now, std::chrono::seconds heartbeat);
 

@@ -1,7 +1,7 @@
 // Event-driven hop discovery against the real kernel (root): the DNS service with the real BPF
-// tracer, the agent's real rtnetlink source (agent/triggers/kernel_events.h) and the real proc connector, while
-// launcher-like network namespaces come and go. The periodic rescan is set to an hour, so every
-// attach and detach seen here was driven by an event.
+// tracer, the agent's real rtnetlink source (agent/triggers/kernel_events.h) and the real proc
+// connector, while launcher-like network namespaces come and go. The periodic rescan is set to an
+// hour, so every attach and detach seen here was driven by an event.
 //
 // Discovery reads processes through a HostRoot whose proc/ lists this test's launcher processes
 // only: per process a comm file saying virt-launcher, KubeVirt's cmdline, and ns/ linked to the
@@ -37,9 +37,9 @@
 #include <prometheus/registry.h>
 
 #include "dns/dns_service.h"
-#include "triggers/proc_events.h"
 #include "dns_tracer.h"
 #include "triggers/kernel_events.h"
+#include "triggers/proc_events.h"
 
 namespace nodegate::dns {
 namespace {

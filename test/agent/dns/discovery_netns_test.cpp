@@ -128,9 +128,8 @@ class RealDnsServer : public ::testing::Test {
     std::string server = dir_ + "/" + tag_;
     ASSERT_EQ(sh("mkdir -p " + dir_ + " && ln -sf \"$(command -v sleep)\" " + server), 0);
     const char* argv[] = {"ip", "netns", "exec", ns_.c_str(), server.c_str(), "120", nullptr};
-    ASSERT_EQ(::posix_spawnp(&pid_, "ip", nullptr, nullptr, const_cast<char* const*>(argv),
-                             environ),
-              0);
+    ASSERT_EQ(
+        ::posix_spawnp(&pid_, "ip", nullptr, nullptr, const_cast<char* const*>(argv), environ), 0);
     for (int i = 0; i < 100 && !serverRunning(); ++i) ::usleep(20000);
     ASSERT_TRUE(serverRunning());
   }

@@ -133,7 +133,8 @@ users:
 std::string pemOf(const std::string& der);
 
 TEST(InCluster, ReadsEnvAndServiceAccountDir) {
-  auto dir = std::filesystem::temp_directory_path() / ("nodegate-kube-sa-" + std::to_string(::getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("nodegate-kube-sa-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "token") << "tok-1\n";
   const std::string ca = pemOf("\x30\x82\x01\x0a" + std::string(200, 'c'));
@@ -156,7 +157,8 @@ TEST(InCluster, ReadsEnvAndServiceAccountDir) {
 }
 
 TEST(Credentials, TokenCachedUntilInvalidated) {
-  auto dir = std::filesystem::temp_directory_path() / ("nodegate-kube-tok-" + std::to_string(::getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("nodegate-kube-tok-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "token") << "a";
   ClientConfig c;
@@ -239,7 +241,8 @@ TEST(CaBundle, AcceptsCertificateBlocksAndRefusesTheRest) {
   ASSERT_TRUE(two);
   EXPECT_EQ(*two, 2);
   for (const std::string& bad :
-       {std::string(), std::string("garbage\n"), pemOf("not a DER sequence but long enough to pass the size check"),
+       {std::string(), std::string("garbage\n"),
+        pemOf("not a DER sequence but long enough to pass the size check"),
         pemOf(der).substr(0, 60),  // written half-way: no END line
         pemOf(der) + "-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n"}) {
     auto r = checkCaBundle(bad);
@@ -264,7 +267,8 @@ TEST(CaBundle, GarbageReplacingAGoodFileKeepsTheGoodOne) {
   std::ofstream(dir / "tmp") << "oops";
   std::filesystem::rename(dir / "tmp", file);
   EXPECT_EQ(creds.caPem(), good);
-  EXPECT_NE(creds.caError().find("failed to load kubernetes ca " + file.string() + ": no PEM certificate"),
+  EXPECT_NE(creds.caError().find("failed to load kubernetes ca " + file.string() +
+                                 ": no PEM certificate"),
             std::string::npos)
       << creds.caError();
   std::filesystem::remove(file);  // a missing file (mid-swap) also keeps the last good one
@@ -290,16 +294,19 @@ HttpResponse reply(long code, std::string body) {
 TEST(ClusterDnsRead, CiliumConfigMapAnswers) {
   ClusterDnsOptions o;
   ClusterDnsFacts f;
-  readCiliumConfig(reply(200, R"({"kind":"ConfigMap","data":{"kube-proxy-replacement":"true"}})"), o, f);
+  readCiliumConfig(reply(200, R"({"kind":"ConfigMap","data":{"kube-proxy-replacement":"true"}})"),
+                   o, f);
   EXPECT_EQ(f.cilium_read, ApiRead::Ok);
   EXPECT_TRUE(f.cilium.predictsIncident());  // KPR turns socket LB on everywhere by default
   readCiliumConfig(reply(404, R"({"kind":"Status","code":404})"), o, f);
   EXPECT_EQ(f.cilium_read, ApiRead::NotFound);
   EXPECT_FALSE(f.cilium.known);  // nothing left over from the previous read
   EXPECT_EQ(f.cilium_detail, "no Cilium: configmap kube-system/cilium-config does not exist");
-  readCiliumConfig(reply(403, R"({"kind":"Status","code":403,"message":"forbidden by RBAC"})"), o, f);
+  readCiliumConfig(reply(403, R"({"kind":"Status","code":403,"message":"forbidden by RBAC"})"), o,
+                   f);
   EXPECT_EQ(f.cilium_read, ApiRead::Forbidden);
-  EXPECT_NE(f.cilium_detail.find("HTTP 403: forbidden by RBAC"), std::string::npos) << f.cilium_detail;
+  EXPECT_NE(f.cilium_detail.find("HTTP 403: forbidden by RBAC"), std::string::npos)
+      << f.cilium_detail;
   HttpResponse down;
   down.error = "Couldn't connect to server";
   readCiliumConfig(down, o, f);
@@ -307,7 +314,8 @@ TEST(ClusterDnsRead, CiliumConfigMapAnswers) {
   EXPECT_NE(f.cilium_detail.find("Couldn't connect"), std::string::npos);
   readCiliumConfig(reply(200, "[1,2]"), o, f);
   EXPECT_EQ(f.cilium_read, ApiRead::Failed);
-  EXPECT_NE(f.cilium_detail.find("failed to parse cilium-config"), std::string::npos) << f.cilium_detail;
+  EXPECT_NE(f.cilium_detail.find("failed to parse cilium-config"), std::string::npos)
+      << f.cilium_detail;
 }
 
 TEST(ClusterDnsRead, EndpointSlices) {

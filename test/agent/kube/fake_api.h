@@ -35,9 +35,9 @@ class FakeApi {
       std::string script = std::string(NODEGATE_TEST_DIR) + "/fakeapi/fake_apiserver.py";
       std::string tls = (dir_ / "tls").string();
       std::freopen((dir_ / "server.log").c_str(), "w", stderr);
-      std::vector<std::string> args = {"python3", script, "--tls-dir", tls, "--port-file", port_file,
-                                       "--token", "token-a", "--bookmark-interval", "1",
-                                       "--port-range", port_range};
+      std::vector<std::string> args = {
+          "python3", script,    "--tls-dir",           tls, "--port-file",  port_file,
+          "--token", "token-a", "--bookmark-interval", "1", "--port-range", port_range};
       std::stringstream ss(nodes);
       for (std::string n; std::getline(ss, n, ',');) {
         args.push_back("--node");
@@ -54,7 +54,9 @@ class FakeApi {
       std::ifstream in(port_file);
       in >> port_;
     }
-    if (port_ == 0) throw std::runtime_error("failed to start fake apiserver (see " + dir_.string() + "/server.log)");
+    if (port_ == 0)
+      throw std::runtime_error("failed to start fake apiserver (see " + dir_.string() +
+                               "/server.log)");
     server_ = "https://127.0.0.1:" + std::to_string(port_);
     writeKubeconfig("kubeconfig", "token: token-a");
   }
@@ -75,7 +77,8 @@ class FakeApi {
   // A kubeconfig for this server with `user_yaml` (lines under "user:", 4-space indented).
   std::string writeKubeconfig(const std::string& name, const std::string& user_yaml) {
     std::ofstream f(dir_ / name);
-    f << "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    certificate-authority: tls/ca.crt\n"
+    f << "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    certificate-authority: "
+         "tls/ca.crt\n"
       << "    server: " << server_ << "\n  name: fake\ncontexts:\n- context:\n    cluster: fake\n"
       << "    user: agent\n  name: fake\ncurrent-context: fake\nusers:\n- name: agent\n  user:\n";
     std::stringstream ss(user_yaml);
@@ -89,7 +92,8 @@ class FakeApi {
   };
 
   // Any request; "/fake/..." needs no token, API paths use token-a.
-  Reply call(const std::string& method, const std::string& path, const nlohmann::json& body = nullptr,
+  Reply call(const std::string& method, const std::string& path,
+             const nlohmann::json& body = nullptr,
              const std::string& content_type = "application/json") const {
     CURL* c = curl_easy_init();
     if (!c) return {};
@@ -105,10 +109,11 @@ class FakeApi {
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
     if (!body.is_null()) curl_easy_setopt(c, CURLOPT_POSTFIELDS, data.c_str());
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, +[](char* p, size_t s, size_t n, void* u) {
-      static_cast<std::string*>(u)->append(p, s * n);
-      return s * n;
-    });
+    curl_easy_setopt(
+        c, CURLOPT_WRITEFUNCTION, +[](char* p, size_t s, size_t n, void* u) {
+          static_cast<std::string*>(u)->append(p, s * n);
+          return s * n;
+        });
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &out);
     Reply r;
     if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.code);
@@ -118,7 +123,9 @@ class FakeApi {
     return r;
   }
 
-  nlohmann::json node(const std::string& name) const { return call("GET", "/api/v1/nodes/" + name).body; }
+  nlohmann::json node(const std::string& name) const {
+    return call("GET", "/api/v1/nodes/" + name).body;
+  }
   nlohmann::json requests(long since = 0) const {
     return call("GET", "/fake/requests?since=" + std::to_string(since)).body;
   }
@@ -133,7 +140,8 @@ class FakeApi {
   // Back to a fresh server between test cases (see /fake/reset in fake_apiserver.py).
   void reset() {
     // Still trusting a rotated CA here: the server goes back to the first one as it answers.
-    if (call("POST", "/fake/reset").code != 200) throw std::runtime_error("failed to reset fake apiserver");
+    if (call("POST", "/fake/reset").code != 200)
+      throw std::runtime_error("failed to reset fake apiserver");
     trust_.clear();
   }
   // The server switches to a certificate from a new CA made in `tls_dir` (ca.crt there); these

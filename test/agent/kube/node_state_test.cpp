@@ -42,8 +42,11 @@ PublishSettings settings(bool taint = false) {
 }
 
 json node(json labels = json::object(), json annotations = json::object()) {
-  return {{"metadata", {{"name", "n1"}, {"resourceVersion", "42"}, {"labels", labels},
-                        {"annotations", annotations}}},
+  return {{"metadata",
+           {{"name", "n1"},
+            {"resourceVersion", "42"},
+            {"labels", labels},
+            {"annotations", annotations}}},
           {"spec", json::object()},
           {"status", {{"conditions", json::array({{{"type", "Ready"}, {"status", "True"}}})}}}};
 }
@@ -147,9 +150,9 @@ TEST(NodePatch, RemovesOnlyOwnedStaleLabels) {
   auto s = healthy();
   s.gate_open = false;
   auto want = desiredState(s, settings());
-  json labels = {{"nodegate.io/vm-ready", "true"},   // ours, gate closed now: remove
-                 {"nodegate.io/custom", "keep"},     // under our prefix but not ours: keep
-                 {"nodegate.io/old-check", "x"}};    // ours, no longer produced: remove
+  json labels = {{"nodegate.io/vm-ready", "true"},  // ours, gate closed now: remove
+                 {"nodegate.io/custom", "keep"},    // under our prefix but not ours: keep
+                 {"nodegate.io/old-check", "x"}};   // ours, no longer produced: remove
   json ann = {{"nodegate.io/owned-labels", "nodegate.io/old-check,nodegate.io/vm-ready"}};
   auto p = nodePatch(want, node(labels, ann), settings());
   ASSERT_TRUE(p);
@@ -157,7 +160,8 @@ TEST(NodePatch, RemovesOnlyOwnedStaleLabels) {
   EXPECT_TRUE(lp["nodegate.io/vm-ready"].is_null());
   EXPECT_TRUE(lp["nodegate.io/old-check"].is_null());
   EXPECT_FALSE(lp.contains("nodegate.io/custom"));
-  EXPECT_EQ((*p)["metadata"]["annotations"]["nodegate.io/owned-labels"].get<std::string>().find("vm-ready"),
+  EXPECT_EQ((*p)["metadata"]["annotations"]["nodegate.io/owned-labels"].get<std::string>().find(
+                "vm-ready"),
             std::string::npos);
 }
 
@@ -180,7 +184,8 @@ TEST(NodePatch, TaintEditsOnlyOwnEntryWithPrecondition) {
   auto open = desiredState(healthy(), settings(true));
   p = nodePatch(open, n, settings(true));
   ASSERT_TRUE(p);
-  EXPECT_EQ((*p)["spec"]["taints"], json::array({{{"key", "other"}, {"value", "x"}, {"effect", "NoExecute"}}}));
+  EXPECT_EQ((*p)["spec"]["taints"],
+            json::array({{{"key", "other"}, {"value", "x"}, {"effect", "NoExecute"}}}));
 }
 
 TEST(NodePatch, TaintWithEditedEffectIsNormalised) {
@@ -197,8 +202,11 @@ TEST(NodePatch, TaintWithEditedEffectIsNormalised) {
 json withConditions(const Desired& want, const std::string& stamp) {
   auto n = node();
   for (const auto& c : want.conditions)
-    n["status"]["conditions"].push_back({{"type", c.type}, {"status", c.status}, {"reason", c.reason},
-                                         {"message", c.message}, {"lastHeartbeatTime", stamp},
+    n["status"]["conditions"].push_back({{"type", c.type},
+                                         {"status", c.status},
+                                         {"reason", c.reason},
+                                         {"message", c.message},
+                                         {"lastHeartbeatTime", stamp},
                                          {"lastTransitionTime", "2026-01-01T00:00:00Z"}});
   return n;
 }

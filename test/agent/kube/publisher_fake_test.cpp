@@ -11,10 +11,10 @@
 #include <prometheus/registry.h>
 
 #include "fake_api.h"
-#include "publish/kube/publisher.h"
 #include "nodegate/config.h"
 #include "nodegate/host_root.h"
 #include "nodegate/log.h"
+#include "publish/kube/publisher.h"
 
 namespace nodegate::kube {
 namespace {
@@ -35,11 +35,10 @@ CheckState check(const std::string& name, Status s, std::string reason = "Ok",
 Snapshot snapshot(bool kvm_ok) {
   Snapshot s;
   s.checks = {check("cpu-virt", Status::Pass, "Ok", {{"cpu-virt", "vmx"}}),
-              check("kvm-device", kvm_ok ? Status::Pass : Status::Fail, kvm_ok ? "Ok" : "DeviceMissing",
-                    {{"kvm", kvm_ok ? "true" : "false"}}),
+              check("kvm-device", kvm_ok ? Status::Pass : Status::Fail,
+                    kvm_ok ? "Ok" : "DeviceMissing", {{"kvm", kvm_ok ? "true" : "false"}}),
               check("tun", Status::Pass, "Ok", {{"tun", "true"}}),
-              check("kernel-modules", Status::Pass),
-              check("time-sync", Status::Pass)};
+              check("kernel-modules", Status::Pass), check("time-sync", Status::Pass)};
   s.gate_open = kvm_ok;
   if (!kvm_ok) s.gate_blockers = {"kvm-device"};
   s.complete = true;
@@ -123,9 +122,10 @@ class PublisherFake : public ::testing::Test {
     std::vector<json> out;
     for (const auto& r : api_->requests(since)) {
       std::string p = r["path"];
-      if (r["method"] != "GET" && (p.find("/nodes/" + node_) != std::string::npos ||
-                                   (p.find("/events") != std::string::npos &&
-                                    r["body"].is_object() && r["body"].dump().find(node_) != std::string::npos)))
+      if (r["method"] != "GET" &&
+          (p.find("/nodes/" + node_) != std::string::npos ||
+           (p.find("/events") != std::string::npos && r["body"].is_object() &&
+            r["body"].dump().find(node_) != std::string::npos)))
         out.push_back(r);
     }
     return out;
@@ -201,7 +201,8 @@ TEST_F(PublisherFake, FlipClosesGateTaintsAndPostsOneEvent) {
   std::this_thread::sleep_for(1100ms);  // transition times have second precision
 
   pub->publish(snapshot(false));
-  ASSERT_TRUE(eventually([&] { return converged(false, true) && events().size() == 1; })) << node().dump(1);
+  ASSERT_TRUE(eventually([&] { return converged(false, true) && events().size() == 1; }))
+      << node().dump(1);
   auto c = condition("VirtualizationReady");
   EXPECT_EQ(c["reason"], "DeviceMissing");
   EXPECT_NE(c["lastTransitionTime"], t0);
@@ -225,23 +226,28 @@ TEST_F(PublisherFake, FlipClosesGateTaintsAndPostsOneEvent) {
   ASSERT_TRUE(eventually([&] {
     auto e = events();
     for (const auto& x : e)
-      if (x["reason"] == "DeviceMissing" && x.contains("series") && x["series"]["count"] == 2) return true;
+      if (x["reason"] == "DeviceMissing" && x.contains("series") && x["series"]["count"] == 2)
+        return true;
     return false;
   })) << json(events()).dump(1);
   EXPECT_EQ(events().size(), 2u);
 }
 
 TEST_F(PublisherFake, ForeignLabelsSurviveAndStaleOwnedOnesGo) {
-  ASSERT_EQ(api_->call("PATCH", "/api/v1/nodes/" + node_,
-                       {{"metadata",
-                         {{"labels", {{"nodegate.io/custom", "mine"}, {"team.io/x", "y"}, {"nodegate.io/old", "1"}}},
-                          {"annotations", {{"nodegate.io/owned-labels", "nodegate.io/old"}}}}}},
-                       "application/merge-patch+json")
-                .code,
-            200);
+  ASSERT_EQ(
+      api_->call(
+              "PATCH", "/api/v1/nodes/" + node_,
+              {{"metadata",
+                {{"labels",
+                  {{"nodegate.io/custom", "mine"}, {"team.io/x", "y"}, {"nodegate.io/old", "1"}}},
+                 {"annotations", {{"nodegate.io/owned-labels", "nodegate.io/old"}}}}}},
+              "application/merge-patch+json")
+          .code,
+      200);
   auto pub = start(options());
   pub->publish(snapshot(true));
-  ASSERT_TRUE(eventually([&] { return converged(true, false) && label("nodegate.io/old") == "<absent>"; }));
+  ASSERT_TRUE(
+      eventually([&] { return converged(true, false) && label("nodegate.io/old") == "<absent>"; }));
   EXPECT_EQ(label("nodegate.io/custom"), "mine");
   EXPECT_EQ(label("team.io/x"), "y");
 }
@@ -256,7 +262,8 @@ TEST_F(PublisherFake, ReassertsWhatOthersRemove) {
   for (int attempt = 0; attempt < 10 && code != 200; ++attempt) {
     auto n = node();
     code = api_->call("PATCH", "/api/v1/nodes/" + node_,
-                      json::array({{{"op", "test"}, {"path", "/metadata/resourceVersion"},
+                      json::array({{{"op", "test"},
+                                    {"path", "/metadata/resourceVersion"},
                                     {"value", n["metadata"]["resourceVersion"]}},
                                    {{"op", "remove"}, {"path", "/spec/taints"}}}),
                       "application/json-patch+json")
@@ -269,7 +276,8 @@ TEST_F(PublisherFake, ReassertsWhatOthersRemove) {
   EXPECT_TRUE(eventually([&] { return hasTaint(); }, 3s));
   pub->publish(snapshot(true));
   ASSERT_TRUE(eventually([&] { return converged(true, false); }));
-  ASSERT_EQ(api_->call("PATCH", "/api/v1/nodes/" + node_, {{"metadata", {{"labels", {{"nodegate.io/vm-ready", nullptr}}}}}},
+  ASSERT_EQ(api_->call("PATCH", "/api/v1/nodes/" + node_,
+                       {{"metadata", {{"labels", {{"nodegate.io/vm-ready", nullptr}}}}}},
                        "application/merge-patch+json")
                 .code,
             200);
@@ -301,9 +309,11 @@ TEST_F(PublisherFake, HeartbeatRewritesConditionsOnlyWhenDue) {
   std::string hb = condition("VirtualizationReady")["lastHeartbeatTime"];
   std::string tt = condition("VirtualizationReady")["lastTransitionTime"];
   long since = api_->lastSeq();
-  ASSERT_TRUE(eventually([&] { return condition("VirtualizationReady")["lastHeartbeatTime"] != hb; }, 6s));
+  ASSERT_TRUE(
+      eventually([&] { return condition("VirtualizationReady")["lastHeartbeatTime"] != hb; }, 6s));
   EXPECT_EQ(condition("VirtualizationReady")["lastTransitionTime"], tt);
-  for (const auto& w : writes(since)) EXPECT_NE(w["path"].get<std::string>().find("/status"), std::string::npos) << w.dump();
+  for (const auto& w : writes(since))
+    EXPECT_NE(w["path"].get<std::string>().find("/status"), std::string::npos) << w.dump();
 }
 
 // Each fault, injected on the first write after a change, must leave the Node right once it clears.
@@ -325,7 +335,8 @@ TEST_P(PublisherFaults, NodeConvergesAfterFault) {
   api_->fault(f);
   long since = api_->lastSeq();
   pub->publish(snapshot(false));
-  ASSERT_TRUE(eventually([&] { return converged(false, true); }, 20s)) << GetParam().name << node().dump(1);
+  ASSERT_TRUE(eventually([&] { return converged(false, true); }, 20s))
+      << GetParam().name << node().dump(1);
   EXPECT_TRUE(eventually([&] { return events().size() == 1; }, 5s));
   auto reqs = api_->requests(since);
   int hits = 0;
@@ -337,8 +348,10 @@ TEST_P(PublisherFaults, NodeConvergesAfterFault) {
     double first_fail = 0, next_patch = 0;
     for (const auto& r : reqs) {
       if (r["method"] != "PATCH") continue;
-      if (first_fail == 0 && r["status"] == f["status"]) first_fail = r["time"];
-      else if (first_fail > 0 && next_patch == 0) next_patch = r["time"];
+      if (first_fail == 0 && r["status"] == f["status"])
+        first_fail = r["time"];
+      else if (first_fail > 0 && next_patch == 0)
+        next_patch = r["time"];
     }
     EXPECT_GE(next_patch - first_fail, f["retry_after"].get<double>() * 0.9);
     EXPECT_GT(counter("patch", std::to_string(f["status"].get<int>())), 0);
@@ -347,7 +360,8 @@ TEST_P(PublisherFaults, NodeConvergesAfterFault) {
 
 INSTANTIATE_TEST_SUITE_P(
     Faults, PublisherFaults,
-    ::testing::Values(FaultCase{"forbidden", {{"status", 403}}}, FaultCase{"notfound", {{"status", 404}}},
+    ::testing::Values(FaultCase{"forbidden", {{"status", 403}}},
+                      FaultCase{"notfound", {{"status", 404}}},
                       FaultCase{"conflict", {{"status", 409}}},
                       FaultCase{"toomany", {{"status", 429}, {"retry_after", 1}}},
                       FaultCase{"internal", {{"status", 500}}},
@@ -384,13 +398,15 @@ TEST_F(PublisherFake, RotatedTokenIsReadAgainOn401) {
 }
 
 TEST_F(PublisherFake, ClientCertificateAuth) {
-  auto kc = api_->writeKubeconfig("kc-cert", "client-certificate: tls/client.crt\nclient-key: tls/client.key");
+  auto kc = api_->writeKubeconfig("kc-cert",
+                                  "client-certificate: tls/client.crt\nclient-key: tls/client.key");
   auto pub = start(options(), client(kc));
   pub->publish(snapshot(true));
   ASSERT_TRUE(eventually([&] { return converged(true, false); }));
   bool by_cert = false;
   for (const auto& r : api_->requests())
-    if (r["method"] == "PATCH" && r["path"] == "/api/v1/nodes/" + node_ && r["user"] == "cert:system:node:test")
+    if (r["method"] == "PATCH" && r["path"] == "/api/v1/nodes/" + node_ &&
+        r["user"] == "cert:system:node:test")
       by_cert = true;
   EXPECT_TRUE(by_cert);
 }
@@ -403,12 +419,15 @@ TEST_F(PublisherFake, WatchRecoversFromCompactionAndDrops) {
   api_->call("POST", "/fake/compact");
   api_->call("POST", "/fake/drop-watches");
   // After the drop the watch resumes from a compacted version: 410, then a fresh GET.
-  ASSERT_TRUE(eventually([&] {
-    for (const auto& r : api_->requests(since))
-      if (r["method"] == "GET" && r["path"] == "/api/v1/nodes/" + node_) return true;
-    return false;
-  }, 10s));
-  ASSERT_EQ(api_->call("PATCH", "/api/v1/nodes/" + node_, {{"metadata", {{"labels", {{"nodegate.io/kvm", "tampered"}}}}}},
+  ASSERT_TRUE(eventually(
+      [&] {
+        for (const auto& r : api_->requests(since))
+          if (r["method"] == "GET" && r["path"] == "/api/v1/nodes/" + node_) return true;
+        return false;
+      },
+      10s));
+  ASSERT_EQ(api_->call("PATCH", "/api/v1/nodes/" + node_,
+                       {{"metadata", {{"labels", {{"nodegate.io/kvm", "tampered"}}}}}},
                        "application/merge-patch+json")
                 .code,
             200);
@@ -422,7 +441,8 @@ TEST_F(PublisherFake, InClusterConfig) {
   std::filesystem::copy_file(api_->caFile(), sa / "ca.crt");
   api_->call("POST", "/fake/tokens", {{"token", "incluster-tok"}});
   ::setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1", 1);
-  ::setenv("KUBERNETES_SERVICE_PORT", api_->server().substr(api_->server().rfind(':') + 1).c_str(), 1);
+  ::setenv("KUBERNETES_SERVICE_PORT", api_->server().substr(api_->server().rfind(':') + 1).c_str(),
+           1);
   auto c = loadInCluster(sa.string());
   ::unsetenv("KUBERNETES_SERVICE_HOST");
   ::unsetenv("KUBERNETES_SERVICE_PORT");
@@ -445,7 +465,8 @@ class CaRotation : public PublisherFake {
   void SetUp() override {
     PublisherFake::SetUp();
     ca_ = api_->dir() / ("ca-" + node_ + ".crt");
-    std::filesystem::copy_file(api_->caFile(), ca_, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::copy_file(api_->caFile(), ca_,
+                               std::filesystem::copy_options::overwrite_existing);
     ClientConfig c = client();
     c.ca_file = ca_.string();
     c.ca_pem.clear();
@@ -491,7 +512,8 @@ TEST_F(CaRotation, GarbageCaFileKeepsTheOldCaUntilItFails) {
   // The old CA still verifies the server: nothing breaks, but the error is there to see.
   auto r = get();
   EXPECT_EQ(r.code, 200) << r.error;
-  EXPECT_NE(creds_->caError().find("failed to load kubernetes ca " + ca_.string()), std::string::npos)
+  EXPECT_NE(creds_->caError().find("failed to load kubernetes ca " + ca_.string()),
+            std::string::npos)
       << creds_->caError();
   EXPECT_NE(creds_->caError().find("not valid base64 DER"), std::string::npos) << creds_->caError();
   // Once the server moves to the new CA, the failure names the refused file.
@@ -530,24 +552,27 @@ TEST_F(PublisherFake, StaleConditionIsDeletedAndOthersStay) {
   with_storage.checks.push_back(check("lvm", Status::Pass));
   auto pub = start(options());
   pub->publish(with_storage);
-  ASSERT_TRUE(eventually([&] { return converged(true, false) && !condition("LocalStorageHealthy").is_null(); }));
+  ASSERT_TRUE(eventually(
+      [&] { return converged(true, false) && !condition("LocalStorageHealthy").is_null(); }));
   const json ready = condition("Ready");
   const json virt = condition("VirtualizationReady");
   long since = api_->lastSeq();
   // The lvm probe is gone (say, removed from the config): its condition must go with it.
   pub->publish(snapshot(true));
-  ASSERT_TRUE(eventually([&] { return condition("LocalStorageHealthy").is_null(); })) << node().dump(1);
+  ASSERT_TRUE(eventually([&] { return condition("LocalStorageHealthy").is_null(); }))
+      << node().dump(1);
   bool sent_delete = false;
   for (const auto& w : writes(since))
     if (w["path"] == "/api/v1/nodes/" + node_ + "/status" &&
         w["content_type"] == "application/strategic-merge-patch+json" &&
-        w["body"].dump().find(R"({"$patch":"delete","type":"LocalStorageHealthy"})") != std::string::npos)
+        w["body"].dump().find(R"({"$patch":"delete","type":"LocalStorageHealthy"})") !=
+            std::string::npos)
       sent_delete = true;
   EXPECT_TRUE(sent_delete) << json(writes(since)).dump(1);
 
   // Read back with the real client.
-  std::string cmd = "KUBECONFIG=" + api_->kubeconfig() + " HOME=" + api_->dir().string() + " " + kubectl +
-                    " get node " + node_ + " -o json 2>&1";
+  std::string cmd = "KUBECONFIG=" + api_->kubeconfig() + " HOME=" + api_->dir().string() + " " +
+                    kubectl + " get node " + node_ + " -o json 2>&1";
   std::string out;
   if (FILE* f = ::popen(cmd.c_str(), "r")) {
     char buf[4096];
@@ -573,7 +598,10 @@ TEST_F(PublisherFake, StaleWatchEventsCauseNoWrite) {
   long since = api_->lastSeq();
   // Hold the first status write for a moment, so the stale event lands in the middle of the
   // publisher's first write, after its label patch.
-  api_->fault({{"method", "PATCH"}, {"path_re", "/nodes/" + node_ + "/status$"}, {"delay", 1}, {"count", 1}});
+  api_->fault({{"method", "PATCH"},
+               {"path_re", "/nodes/" + node_ + "/status$"},
+               {"delay", 1},
+               {"count", 1}});
   auto pub = start(options());
   pub->publish(snapshot(true));
   ASSERT_TRUE(eventually([&] {
@@ -582,7 +610,9 @@ TEST_F(PublisherFake, StaleWatchEventsCauseNoWrite) {
     return false;
   }));
   auto inject = [&](const json& obj) {
-    ASSERT_EQ(api_->call("POST", "/fake/watch-events", {{"node", node_}, {"type", "MODIFIED"}, {"object", obj}}).code,
+    ASSERT_EQ(api_->call("POST", "/fake/watch-events",
+                         {{"node", node_}, {"type", "MODIFIED"}, {"object", obj}})
+                  .code,
               200);
   };
   inject(before);
@@ -596,7 +626,8 @@ TEST_F(PublisherFake, StaleWatchEventsCauseNoWrite) {
   inject(before);
   inject(labelled);
   std::this_thread::sleep_for(1500ms);
-  EXPECT_EQ(api_->call("GET", "/fake/watch-events").body["pending"], 0) << "the stale events never reached the watch";
+  EXPECT_EQ(api_->call("GET", "/fake/watch-events").body["pending"], 0)
+      << "the stale events never reached the watch";
   int node_patches = 0, status_patches = 0;
   for (const auto& w : writes(since)) {
     if (w["method"] != "PATCH") continue;
@@ -655,16 +686,26 @@ class ClusterDns : public PublisherFake {
 
 TEST_F(ClusterDns, ConfigMapFromTheApiFlipsTheStaticCheckToTheIncident) {
   createConfigMap(fixtureJson("cilium-config-hostns-only.json"));
-  json slice = {{"metadata", {{"name", "kube-dns-x1"}, {"labels", {{"kubernetes.io/service-name", "kube-dns"}}}}},
-                {"addressType", "IPv4"},
-                {"endpoints", json::array({{{"addresses", {"10.244.1.7"}}, {"nodeName", node_},
-                                            {"conditions", {{"ready", true}}}},
-                                           {{"addresses", {"10.244.2.9"}}, {"conditions", {{"ready", false}}}}})},
-                {"ports", json::array({{{"name", "dns"}, {"port", 53}, {"protocol", "UDP"}}})}};
-  ASSERT_EQ(api_->call("POST", "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices", slice).code, 201);
+  json slice = {
+      {"metadata",
+       {{"name", "kube-dns-x1"}, {"labels", {{"kubernetes.io/service-name", "kube-dns"}}}}},
+      {"addressType", "IPv4"},
+      {"endpoints",
+       json::array(
+           {{{"addresses", {"10.244.1.7"}}, {"nodeName", node_}, {"conditions", {{"ready", true}}}},
+            {{"addresses", {"10.244.2.9"}}, {"conditions", {{"ready", false}}}}})},
+      {"ports", json::array({{{"name", "dns"}, {"port", 53}, {"protocol", "UDP"}}})}};
+  ASSERT_EQ(
+      api_->call("POST", "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices", slice)
+          .code,
+      201);
   // Another Service's slice in the same namespace must not be taken for CoreDNS.
-  slice["metadata"] = {{"name", "metrics-x1"}, {"labels", {{"kubernetes.io/service-name", "metrics"}}}};
-  ASSERT_EQ(api_->call("POST", "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices", slice).code, 201);
+  slice["metadata"] = {{"name", "metrics-x1"},
+                       {"labels", {{"kubernetes.io/service-name", "metrics"}}}};
+  ASSERT_EQ(
+      api_->call("POST", "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices", slice)
+          .code,
+      201);
 
   long since = api_->lastSeq();
   auto pub = startReading();
@@ -679,11 +720,13 @@ TEST_F(ClusterDns, ConfigMapFromTheApiFlipsTheStaticCheckToTheIncident) {
   EXPECT_EQ(r.reason, "TracerNotRunning") << evidence(r);  // hostns-only: no prediction
 
   // Someone turns socket LB on in every namespace: the next refresh predicts the incident.
-  ASSERT_EQ(api_->call("PATCH", "/api/v1/namespaces/kube-system/configmaps/cilium-config",
-                       {{"data", {{"bpf-lb-sock-hostns-only", "false"}}}}, "application/merge-patch+json")
-                .code,
-            200);
-  ASSERT_TRUE(eventually([&] { return probe().reason == "ServiceTranslationMissing"; }, 5s)) << evidence(probe());
+  ASSERT_EQ(
+      api_->call("PATCH", "/api/v1/namespaces/kube-system/configmaps/cilium-config",
+                 {{"data", {{"bpf-lb-sock-hostns-only", "false"}}}}, "application/merge-patch+json")
+          .code,
+      200);
+  ASSERT_TRUE(eventually([&] { return probe().reason == "ServiceTranslationMissing"; }, 5s))
+      << evidence(probe());
   r = probe();
   EXPECT_EQ(r.status, Status::Fail);  // a virt-launcher runs here (the fixture's)
   EXPECT_NE(evidence(r).find("bpf-lb-sock-hostns-only=false"), std::string::npos) << evidence(r);
@@ -692,7 +735,8 @@ TEST_F(ClusterDns, ConfigMapFromTheApiFlipsTheStaticCheckToTheIncident) {
   bool listed = false;
   for (const auto& q : api_->requests(since)) {
     std::string p = q["path"];
-    if (p.find("/configmaps") != std::string::npos || p.find("/endpointslices") != std::string::npos) {
+    if (p.find("/configmaps") != std::string::npos ||
+        p.find("/endpointslices") != std::string::npos) {
       if (q["user_agent"].get<std::string>().rfind("nodegate", 0) == 0) {
         EXPECT_EQ(q["method"], "GET") << q.dump();
       }
@@ -720,7 +764,9 @@ TEST_F(ClusterDns, NoConfigMapMeansNoCiliumNotAnError) {
 
 TEST_F(ClusterDns, ForbiddenIsUnknownWithAnRbacHint) {
   createConfigMap(fixtureJson("cilium-config-incident.json"));
-  api_->fault({{"path_re", "/configmaps/cilium-config$"}, {"status", 403}, {"count", -1},
+  api_->fault({{"path_re", "/configmaps/cilium-config$"},
+               {"status", 403},
+               {"count", -1},
                {"message", "configmaps \"cilium-config\" is forbidden: User cannot get resource"}});
   auto pub = startReading();
   ASSERT_TRUE(eventually([&] { return read(ApiRead::Forbidden); })) << trace();
@@ -731,7 +777,8 @@ TEST_F(ClusterDns, ForbiddenIsUnknownWithAnRbacHint) {
   EXPECT_NE(evidence(r).find("HTTP 403"), std::string::npos) << evidence(r);
   // The grant arrives: the next refresh sees the incident configuration.
   api_->clearFaults();
-  ASSERT_TRUE(eventually([&] { return probe().reason == "ServiceTranslationMissing"; }, 5s)) << evidence(probe());
+  ASSERT_TRUE(eventually([&] { return probe().reason == "ServiceTranslationMissing"; }, 5s))
+      << evidence(probe());
 }
 
 }  // namespace
