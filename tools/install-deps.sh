@@ -24,9 +24,12 @@ TEST_PKGS=(
   libvirt-clients prometheus-node-exporter
   python3 curl jq hyperfine openssl python3-yaml
   nodejs unzip
+  cpio
 )
-# Chromium is only needed by the page test; prometheus/promtool without recommends.
-EXTRA_NO_RECOMMENDS=(prometheus chromium)
+# Chromium is only needed by the page test; prometheus/promtool without recommends. QEMU runs the
+# real guests of test/guest (their kernel, busybox-static and glibc are fetched by the tests'
+# set-up with apt-get download, not installed); without recommends it brings no GUI.
+EXTRA_NO_RECOMMENDS=(prometheus chromium qemu-system-x86)
 
 want_tests=1
 if [ "${1:-}" = "--build-only" ]; then want_tests=0; fi
