@@ -4,7 +4,8 @@
 It serves what nodegate and kubectl need: nodes and nodes/status (GET, LIST, WATCH, PATCH with
 JSON merge patch, strategic merge patch with list merge keys, JSON patch incl. `test`), Node
 creation, events.k8s.io/v1 events (create, patch, list) and their core/v1 view for `kubectl
-describe`, ConfigMaps and discovery.k8s.io/v1 EndpointSlices (what the DNS side reads),
+describe`, ConfigMaps and discovery.k8s.io/v1 EndpointSlices (what the DNS side reads), Pods (list and watch across
+namespaces with field selectors such as spec.nodeName, status through /status),
 discovery documents, server-side Table printing for `kubectl get`, TLS, bearer tokens with
 expiry and client certificates. Semantics follow the real server where a client could tell
 the difference: resourceVersion increments on every real write and not on no-op patches, a
@@ -303,6 +304,8 @@ class State:
         self.objects = {}  # (plural, ns or "", name) -> object of a STORED_KINDS resource
         self.history = []  # (rv, type, node)
         self.history_rvs = []  # the rvs of history, for bisect
+        self.obj_history = []  # (rv, type, plural, object) of STORED_KINDS writes, for their watches
+        self.obj_history_rvs = []
         self.oldest_rv = self.rv  # watches from before this get 410
         self.tokens = {}  # token -> expiry (epoch seconds) or None
         self.faults = []
@@ -337,6 +340,27 @@ class State:
     def since(self, rv):
         """History entries newer than rv."""
         return self.history[bisect.bisect_right(self.history_rvs, rv):]
+
+    def record_obj(self, kind, plural, obj):
+        """A write of a stored object, for watches of its kind (the node history is separate)."""
+        self.obj_history.append((self.rv, kind, plural, copy.deepcopy(obj)))
+        self.obj_history_rvs.append(self.rv)
+        if len(self.obj_history) > HISTORY_LIMIT:
+            cut = len(self.obj_history) - HISTORY_LIMIT
+            self.oldest_rv = max(self.oldest_rv, self.obj_history[cut - 1][0])
+            self.obj_history = self.obj_history[cut:]
+            self.obj_history_rvs = self.obj_history_rvs[cut:]
+        self.lock.notify_all()
+
+    def obj_since(self, rv):
+        return self.obj_history[bisect.bisect_right(self.obj_history_rvs, rv):]
+
+    def forget_history(self):
+        """Compaction: every watch from before now gets 410."""
+        self.rv += 1
+        self.oldest_rv = self.rv
+        self.history, self.history_rvs = [], []
+        self.obj_history, self.obj_history_rvs = [], []
 
     def wake_all(self):
         self.lock.notify_all()
@@ -523,12 +547,17 @@ def age(ts):
     return "%dh" % (s // 3600)
 
 
+def column(name, description, priority=0, fmt=""):
+    """One columnDefinition of a server-side Table (every column here is a string)."""
+    return {"name": name, "type": "string", "format": fmt, "description": description, "priority": priority}
+
+
 NODE_COLUMNS = [
-    {"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0},
-    {"name": "Status", "type": "string", "format": "", "description": "Node status", "priority": 0},
-    {"name": "Roles", "type": "string", "format": "", "description": "Node roles", "priority": 0},
-    {"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp", "priority": 0},
-    {"name": "Version", "type": "string", "format": "", "description": "Kubelet version", "priority": 0},
+    column("Name", "Name", fmt="name"),
+    column("Status", "Node status"),
+    column("Roles", "Node roles"),
+    column("Age", "CreationTimestamp"),
+    column("Version", "Kubelet version"),
 ]
 
 
@@ -607,15 +636,16 @@ STORED_KINDS = {
     ("cdi.kubevirt.io/v1beta1", "datavolumes"): ("DataVolume", True),
     ("v1", "configmaps"): ("ConfigMap", True),
     ("discovery.k8s.io/v1", "endpointslices"): ("EndpointSlice", True),
+    ("v1", "pods"): ("Pod", True),
 }
 STATUSLESS_KINDS = {"configmaps", "endpointslices"}  # these have no status at all
-STORED_VERBS = ["create", "delete", "get", "list", "patch", "update"]
+STORED_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 STORED_PATH_RE = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<gv>[^/]+/[^/]+))(?:/namespaces/(?P<ns>[^/]+))?"
                             r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?$")
 STORED_COLUMNS = [
-    {"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0},
-    {"name": "Status", "type": "string", "format": "", "description": "status.phase", "priority": 0},
-    {"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp", "priority": 0},
+    column("Name", "Name", fmt="name"),
+    column("Status", "status.phase"),
+    column("Age", "CreationTimestamp"),
 ]
 
 
@@ -626,6 +656,58 @@ def stored_table(items, rv):
                         "metadata": copy.deepcopy(o["metadata"])}} for o in items]
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": str(rv)},
             "columnDefinitions": STORED_COLUMNS, "rows": rows}
+
+
+# The field selectors the real registry accepts per kind (pkg/registry/core/pod/strategy.go
+# ToSelectableFields for pods); every kind has metadata.name and metadata.namespace.
+def stored_field(plural, obj):
+    md, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    table = {"metadata.name": md.get("name", ""), "metadata.namespace": md.get("namespace", "")}
+    if plural == "pods":
+        table.update({
+            "spec.nodeName": spec.get("nodeName", ""), "spec.restartPolicy": spec.get("restartPolicy", ""),
+            "spec.schedulerName": spec.get("schedulerName", ""),
+            "spec.serviceAccountName": spec.get("serviceAccountName", ""),
+            "spec.hostNetwork": "true" if spec.get("hostNetwork") else "false",
+            "status.phase": status.get("phase", ""), "status.podIP": status.get("podIP", ""),
+            "status.nominatedNodeName": status.get("nominatedNodeName", "")})
+    return table.get
+
+
+POD_COLUMNS = [
+    column("Name", "Name", fmt="name"),
+    column("Ready", "The aggregate readiness state"),
+    column("Status", "The aggregate status"),
+    column("Restarts", "The number of restarts"),
+    column("Age", "CreationTimestamp"),
+    column("IP", "status.podIP", 1),
+    column("Node", "spec.nodeName", 1),
+]
+
+
+def pod_row(pod):
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    cs = status.get("containerStatuses") or []
+    ready = sum(1 for c in cs if c.get("ready"))
+    restarts = sum(int(c.get("restartCount") or 0) for c in cs)
+    return [pod["metadata"]["name"], "%d/%d" % (ready, len(spec.get("containers") or [])),
+            status.get("phase", ""), str(restarts), age(pod["metadata"].get("creationTimestamp")),
+            status.get("podIP", "<none>"), spec.get("nodeName", "<none>")]
+
+
+def kind_table(plural, items, rv, with_columns=True):
+    """Server-side printing (as=Table) for kubectl get: pods in the real columns, others short."""
+    if plural != "pods":
+        t = stored_table(items, rv)
+        if not with_columns:
+            del t["columnDefinitions"]
+        return t
+    t = {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": str(rv)},
+         "rows": [{"cells": pod_row(o), "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                                                  "metadata": copy.deepcopy(o["metadata"])}} for o in items]}
+    if with_columns:
+        t["columnDefinitions"] = POD_COLUMNS
+    return t
 
 
 def openapi_v3(path):
@@ -669,7 +751,8 @@ DISCOVERY = {
         resource("nodes", "Node", ["create", "delete", "get", "list", "patch", "update", "watch"], False, ["no"], "node"),
         resource("nodes/status", "Node", ["get", "patch", "update"], False),
         resource("events", "Event", ["create", "get", "list", "patch", "watch"], True, ["ev"], "event"),
-        resource("pods", "Pod", ["get", "list"], True, ["po"], "pod"),
+        resource("pods", "Pod", STORED_VERBS, True, ["po"], "pod"),
+        resource("pods/status", "Pod", ["get", "patch", "update"], True),
         resource("persistentvolumes", "PersistentVolume", STORED_VERBS, False, ["pv"], "persistentvolume"),
         resource("persistentvolumes/status", "PersistentVolume", ["get", "patch", "update"], False),
         resource("persistentvolumeclaims", "PersistentVolumeClaim", STORED_VERBS, True, ["pvc"],
@@ -890,9 +973,6 @@ class Handler(BaseHTTPRequestHandler):
                 st.delete_node(name)
                 return self._send_json(200, {"kind": "Status", "apiVersion": "v1", "status": "Success",
                                              "details": {"name": name, "kind": "nodes"}})
-        if m == "GET" and re.match(r"^/api/v1(/namespaces/[^/]+)?/pods$", path):
-            return self._send_json(200, {"kind": "PodList", "apiVersion": "v1",
-                                         "metadata": {"resourceVersion": str(st.rv)}, "items": []})
         mm = re.match(r"^/api/v1(?:/namespaces/([^/]+))?/events$", path)
         if mm and m == "GET":
             return self._list_events(mm.group(1), query, core=True)
@@ -942,15 +1022,48 @@ class Handler(BaseHTTPRequestHandler):
         st = self.server.state
         sel, lsel = query.get("fieldSelector"), query.get("labelSelector")
         field_selector_match(sel, lambda f: "" if f in ("metadata.name", "spec.unschedulable") else None)
+
+        def match(n):
+            return (field_selector_match(sel, node_field(n))
+                    and label_selector_match(lsel, n["metadata"].get("labels", {})))
+
+        m = re.match(r"^metadata\.name=([^,=!]+)$", sel or "")
+        watched = m.group(1) if m else None
+        self._stream_watch(query, "Node", match, lambda: st.nodes.values(),
+                           lambda last: [(rv, k, n) for (rv, k, n) in st.since(last)],
+                           lambda objs, first: node_table(objs, objs[0]["metadata"]["resourceVersion"], first),
+                           cond=st.cond_for(watched) if watched else st.lock, injected_for=watched)
+
+    def _watch_stored(self, gv, plural, kind, ns, query):
+        st = self.server.state
+        sel, lsel = query.get("fieldSelector"), query.get("labelSelector")
+        probe = {"metadata": {}, "spec": {}, "status": {}}
+        field_selector_match(sel, lambda f: "" if stored_field(plural, probe)(f) is not None else None)
+
+        def match(o):
+            return ((not ns or o["metadata"].get("namespace") == ns)
+                    and field_selector_match(sel, stored_field(plural, o))
+                    and label_selector_match(lsel, o["metadata"].get("labels") or {}))
+
+        self._stream_watch(query, kind, match,
+                           lambda: [o for (p, _, _), o in st.objects.items() if p == plural],
+                           lambda last: [(rv, k, o) for (rv, k, p, o) in st.obj_since(last) if p == plural],
+                           lambda objs, first: kind_table(plural, objs, objs[0]["metadata"]["resourceVersion"],
+                                                          first),
+                           cond=st.lock, api_version=gv)
+
+    def _stream_watch(self, query, kind, match, current, since, table_of, cond, injected_for=None,
+                      api_version="v1"):
+        """A watch as the API server streams it: the current objects as ADDED when no
+        resourceVersion is given, else every change after it (410 when compacted away), then
+        changes as they happen, BOOKMARKs when asked for, until timeoutSeconds. Events injected
+        by the test for `injected_for` are sent as given."""
+        st = self.server.state
         table = self._wants_table()
         bookmarks = query.get("allowWatchBookmarks") == "true"
         timeout = float(query.get("timeoutSeconds") or 1800)
         deadline = time.time() + timeout
         rv_param = query.get("resourceVersion", "")
-
-        def match(n):
-            return (field_selector_match(sel, node_field(n))
-                    and label_selector_match(lsel, n["metadata"].get("labels", {})))
 
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -960,66 +1073,63 @@ class Handler(BaseHTTPRequestHandler):
         self._status = 200
         first_table = [True]
 
-        def send(kind, obj):
-            if table and kind != "ERROR" and kind != "BOOKMARK":
-                obj = node_table([obj], obj["metadata"]["resourceVersion"], first_table[0])
+        def send(ev, obj):
+            if table and ev != "ERROR" and ev != "BOOKMARK":
+                obj = table_of([obj], first_table[0])
                 first_table[0] = False
-            line = (json.dumps({"type": kind, "object": obj}) + "\n").encode()
+            line = (json.dumps({"type": ev, "object": obj}) + "\n").encode()
             self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
             self.wfile.flush()
 
         with st.lock:
             gen = st.watch_generation
             if rv_param in ("", "0"):
-                pending = [("ADDED", copy.deepcopy(n)) for n in st.nodes.values() if match(n)]
+                pending = [("ADDED", copy.deepcopy(o)) for o in current() if match(o)]
                 last = st.rv
             else:
                 try:
-                    since = int(rv_param)
+                    since_rv = int(rv_param)
                 except ValueError:
                     raise ApiError(400, "BadRequest", "invalid resourceVersion %r" % rv_param)
-                if since < st.oldest_rv:
+                if since_rv < st.oldest_rv:
                     pending = [("ERROR", {"kind": "Status", "apiVersion": "v1", "metadata": {},
                                           "status": "Failure", "message": "too old resource version: %d (%d)"
-                                          % (since, st.oldest_rv), "reason": "Expired", "code": 410})]
+                                          % (since_rv, st.oldest_rv), "reason": "Expired", "code": 410})]
                     last = None
                 else:
-                    pending = [(k, n) for (rv, k, n) in st.since(since) if match(n)]
-                    last = max(since, st.rv)
+                    pending = [(k, o) for (rv, k, o) in since(since_rv) if match(o)]
+                    last = max(since_rv, st.rv)
         try:
-            for k, n in pending:
-                send(k, n)
+            for k, o in pending:
+                send(k, o)
             if last is None:
                 self.wfile.write(b"0\r\n\r\n")
                 return
             next_bookmark = time.time() + st.bookmark_interval
-            m = re.match(r"^metadata\.name=([^,=!]+)$", sel or "")
-            cond = st.cond_for(m.group(1)) if m else st.lock
-            watched = m.group(1) if m else None
             while True:
                 with st.lock:
-                    new = st.since(last)
-                    if not new and not st.injected.get(watched) and st.watch_generation == gen:
+                    new = since(last)
+                    if not new and not st.injected.get(injected_for) and st.watch_generation == gen:
                         wait = min(deadline, next_bookmark) - time.time()
                         if wait > 0:
                             cond.wait(min(wait, 5.0))
-                        new = st.since(last)
+                        new = since(last)
                     if st.watch_generation != gen:
                         raise ConnectionResetError("watch dropped by control")
-                    current = st.rv
-                    injected = st.injected.pop(watched, []) if watched else []
-                for k, n in injected:
-                    send(k, n)  # as the test gave it: the resourceVersion may go backwards
-                for rv, k, n in new:
+                    current_rv = st.rv
+                    injected = st.injected.pop(injected_for, []) if injected_for else []
+                for k, o in injected:
+                    send(k, o)  # as the test gave it: the resourceVersion may go backwards
+                for rv, k, o in new:
                     last = rv
-                    if match(n):
-                        send(k, n)
+                    if match(o):
+                        send(k, o)
                 if time.time() >= deadline:
                     break
                 if bookmarks and time.time() >= next_bookmark:
-                    send("BOOKMARK", {"kind": "Node", "apiVersion": "v1",
-                                      "metadata": {"resourceVersion": str(current)}})
-                    last = max(last, current)
+                    send("BOOKMARK", {"kind": kind, "apiVersion": api_version,
+                                      "metadata": {"resourceVersion": str(current_rv)}})
+                    last = max(last, current_rv)
                     next_bookmark = time.time() + st.bookmark_interval
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
@@ -1093,7 +1203,9 @@ class Handler(BaseHTTPRequestHandler):
         key = (plural, ns or "", name)
         m = self.command
         if not name:
-            if m == "GET" and query.get("watch") not in ("true", "1"):
+            if m == "GET" and query.get("watch") in ("true", "1"):
+                return self._watch_stored(gv, plural, kind, ns, query)
+            if m == "GET":
                 return self._list_stored(gv, plural, kind, ns, query)
             if m == "POST" and (ns or not namespaced):
                 return self._send_json(201, self._create_stored(gv, plural, kind, ns, body))
@@ -1104,12 +1216,15 @@ class Handler(BaseHTTPRequestHandler):
                 raise not_found(plural, name)
             if m == "GET":
                 if self._wants_table():
-                    return self._send_json(200, stored_table([cur], cur["metadata"]["resourceVersion"]))
+                    return self._send_json(200, kind_table(plural, [cur], cur["metadata"]["resourceVersion"]))
                 return self._send_json(200, copy.deepcopy(cur))
             if m == "DELETE" and not sub:
+                # No kubelet here to finish a graceful deletion: every delete is immediate, as
+                # with --grace-period=0 --force.
                 del st.objects[key]
                 gone = copy.deepcopy(cur)
                 gone["metadata"]["resourceVersion"] = str(st.next_rv())
+                st.record_obj("DELETED", plural, gone)
                 return self._send_json(200, gone)
             if m in ("PATCH", "PUT"):
                 try:
@@ -1148,6 +1263,7 @@ class Handler(BaseHTTPRequestHandler):
                 if merged != cur:
                     merged["metadata"]["resourceVersion"] = str(st.next_rv())
                     st.objects[key] = merged
+                    st.record_obj("MODIFIED", plural, merged)
                 return self._send_json(200, copy.deepcopy(merged))
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
@@ -1180,6 +1296,7 @@ class Handler(BaseHTTPRequestHandler):
             if plural not in STATUSLESS_KINDS:
                 obj["status"] = {"phase": "Pending"} if plural != "datavolumes" else {}
             st.objects[key] = obj
+            st.record_obj("ADDED", plural, obj)
             return copy.deepcopy(obj)
 
     def _list_stored(self, gv, plural, kind, ns, query):
@@ -1209,9 +1326,7 @@ class Handler(BaseHTTPRequestHandler):
                            if k[0] == plural and (not ns or k[1] == ns))
             items = [o for (pos, o) in items if pos > start
                      and label_selector_match(query.get("labelSelector"), o["metadata"].get("labels") or {})
-                     and field_selector_match(query.get("fieldSelector"), lambda f, o=o: {
-                         "metadata.name": o["metadata"]["name"],
-                         "metadata.namespace": o["metadata"].get("namespace", "")}.get(f))]
+                     and field_selector_match(query.get("fieldSelector"), stored_field(plural, o))]
             limit = int(query.get("limit") or 0)
             md = {"resourceVersion": str(list_rv)}
             if limit > 0 and len(items) > limit:
@@ -1221,7 +1336,7 @@ class Handler(BaseHTTPRequestHandler):
                     {"rv": list_rv, "start": [last.get("namespace", ""), last["name"]]}).encode()).decode()
             items = copy.deepcopy(items)
         if self._wants_table():
-            return self._send_json(200, stored_table(items, list_rv))
+            return self._send_json(200, kind_table(plural, items, list_rv))
         return self._send_json(200, {"kind": kind + "List", "apiVersion": gv, "metadata": md, "items": items})
 
     # ----- test control -----
@@ -1253,9 +1368,7 @@ class Handler(BaseHTTPRequestHandler):
                 st.tokens.pop(data["token"], None)
                 return self._send_json(200, {"ok": True})
             if path == "/fake/compact" and m == "POST":
-                st.rv += 1
-                st.oldest_rv = st.rv
-                st.history, st.history_rvs = [], []
+                st.forget_history()
                 return self._send_json(200, {"oldest_rv": st.oldest_rv})
             if path == "/fake/drop-watches" and m == "POST":
                 st.watch_generation += 1
@@ -1278,9 +1391,7 @@ class Handler(BaseHTTPRequestHandler):
                 # over; its sequence numbers keep counting.
                 st.nodes, st.events, st.objects, st.faults, st.injected, st.log = {}, {}, {}, [], {}, []
                 st.tokens = dict(st.initial_tokens)
-                st.rv += 1
-                st.oldest_rv = st.rv
-                st.history, st.history_rvs = [], []
+                st.forget_history()
                 st.watch_generation += 1
                 st.wake_all()
                 for n in st.initial_nodes:

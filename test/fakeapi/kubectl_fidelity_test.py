@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import FakeApi, eventually  # noqa: E402
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
 
 
 class KubectlFidelity(unittest.TestCase):
@@ -152,12 +153,13 @@ class KubectlFidelity(unittest.TestCase):
         self.assertEqual([c["type"] for c in n["status"]["conditions"]], ["Ready"])
         self.assertEqual(api.call("PATCH", "/api/v1/nodes/node-a", {}, "application/apply-patch+yaml")[0], 415)
 
-    def raw_watch(self, query, max_lines=1, timeout=5):
+    def raw_watch(self, query, max_lines=1, timeout=5, path="/api/v1/nodes"):
         """A watch over a raw TLS socket, to see exactly what the server streams."""
         ctx = ssl.create_default_context(cafile=self.api.ca)
         s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", self.api.port), timeout=timeout),
                             server_hostname="127.0.0.1")
-        s.sendall(("GET /api/v1/nodes?%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer token-a\r\n\r\n" % query).encode())
+        s.sendall(("GET %s?%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer token-a\r\n\r\n"
+                   % (path, query)).encode())
         buf = b""
         end = time.time() + timeout
         while time.time() < end and buf.count(b"\n{") < max_lines and b'"type"' not in buf[-200:]:
@@ -181,6 +183,72 @@ class KubectlFidelity(unittest.TestCase):
         out = self.raw_watch("fieldSelector=metadata.name%%3Dnode-a&watch=true&allowWatchBookmarks=true"
                              "&resourceVersion=%s&timeoutSeconds=3" % rv, timeout=4)
         self.assertIn('"type": "BOOKMARK"', out)
+
+    def pod_file(self, name, ns, node, selector=None):
+        """The captured virt-launcher pod (test/fixtures/kubevirt), renamed and bound to node."""
+        with open(os.path.join(FIXTURES, "kubevirt", "virt-launcher-pod.json")) as f:
+            pod = json.load(f)
+        for k in ("uid", "resourceVersion", "creationTimestamp", "generateName", "ownerReferences"):
+            pod["metadata"].pop(k, None)
+        pod["metadata"].update({"name": name, "namespace": ns})
+        pod["spec"]["nodeName"] = node
+        pod["spec"]["nodeSelector"].update(selector or {})
+        path = os.path.join(self.api.dir, name + ".json")
+        with open(path, "w") as f:
+            json.dump(pod, f)
+        return path
+
+    def test_pods_on_a_node_list_watch_status_delete(self):
+        for name, ns, node in (("vl-a1", "default", "node-a"), ("vl-a2", "vms", "node-a"),
+                               ("vl-b1", "default", "node-b")):
+            self.kubectl("create", "-f", self.pod_file(name, ns, node, {"nodegate.io/vm-ready": "true"}))
+        out = self.kubectl("get", "pods", "-A", "--field-selector", "spec.nodeName=node-a", "-o", "name").stdout
+        self.assertEqual(sorted(out.split()), ["pod/vl-a1", "pod/vl-a2"])
+        table = self.kubectl("get", "pods", "-n", "default", "--field-selector", "spec.nodeName=node-a").stdout
+        lines = table.strip().splitlines()
+        self.assertEqual(lines[0].split(), ["NAME", "READY", "STATUS", "RESTARTS", "AGE"])
+        self.assertEqual(lines[1].split()[:3], ["vl-a1", "0/1", "Pending"], table)
+        # The nodeSelector came back as sent.
+        sel = self.kubectl("get", "pod", "vl-a1", "-o", "jsonpath={.spec.nodeSelector}").stdout
+        self.assertEqual(json.loads(sel), {"kubevirt.io/schedulable": "true", "nodegate.io/vm-ready": "true"})
+
+        env = dict(os.environ, KUBECONFIG=self.api.kubeconfig, HOME=self.api.dir)
+        proc = subprocess.Popen([KUBECTL, "get", "pods", "-A", "--field-selector", "spec.nodeName=node-a", "-w",
+                                 "--output-watch-events"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        lines = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+        reader.start()
+        try:
+            self.assertTrue(eventually(lambda: sum("ADDED" in l for l in lines) >= 2, 15), lines)
+            # Status is written through the subresource, as kubelet does.
+            self.kubectl("patch", "pod", "vl-a1", "--subresource=status", "--type=merge", "-p",
+                         json.dumps({"status": {"phase": "Running", "containerStatuses": [
+                             {"name": "compute", "ready": True, "restartCount": 0}]}}))
+            self.assertTrue(eventually(lambda: any("MODIFIED" in l and "vl-a1" in l and "Running" in l
+                                                   for l in lines), 10), lines)
+            self.assertEqual(self.kubectl("get", "pod", "vl-a1", "-o", "jsonpath={.status.phase}").stdout,
+                             "Running")
+            # A pod on another node is not in this watch; a delete is (kubectl waits for it by watching).
+            self.kubectl("delete", "pod", "vl-b1", "-n", "default")
+            self.kubectl("delete", "pod", "vl-a2", "-n", "vms")
+            self.assertTrue(eventually(lambda: any("DELETED" in l and "vl-a2" in l for l in lines), 10), lines)
+            self.assertFalse(any("vl-b1" in l for l in lines), lines)
+        finally:
+            proc.terminate()
+            proc.wait(5)
+            proc.stdout.close()
+            proc.stderr.close()
+        r = self.kubectl("get", "pods", "-A", "--field-selector", "spec.bogus=1", check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("spec.bogus", r.stderr)
+        # A pod watch from before a compaction gets 410, like the node watch.
+        rv = self.api.call("GET", "/fake/healthz")[1]["rv"]
+        self.api.call("POST", "/fake/compact")
+        out = self.raw_watch("fieldSelector=spec.nodeName%%3Dnode-a&watch=true&resourceVersion=%s" % rv,
+                             path="/api/v1/pods")
+        self.assertIn('"code": 410', out)
+        self.kubectl("delete", "pod", "vl-a1", "-n", "default")
 
     def test_auth_token_expiry_and_client_cert(self):
         api = self.api

@@ -221,22 +221,23 @@ std::optional<json> nodePatch(const Desired& want, const json& node,
   const std::string new_owned = joinKeys(want.labels);
   if (new_owned != owned_text) patch["metadata"]["annotations"][ann_key] = new_owned;
 
+  // nodegate owns one taint, <prefix>/not-ready:NoSchedule (taints are identified by key and
+  // effect, as the API server's uniqueness rule and node-readiness-controller have it). Every
+  // other entry, the same key with another effect included, is someone else's and is written
+  // back as it was: editing it would fight its owner.
   const std::string key = taintKey(settings.prefix);
   json taints = json::array();
-  bool have = false, foreign_form = false;
+  bool have = false;
   if (const json* t = path(node, {"spec", "taints"}); t && t->is_array()) {
     for (const auto& e : *t) {
-      if (e.is_object() && e.value("key", "") == key) {
-        if (e.value("effect", "") == "NoSchedule" && !have)
-          have = true;
-        else
-          foreign_form = true;  // a duplicate or an edited effect: normalise it
+      if (e.is_object() && e.value("key", "") == key && e.value("effect", "") == "NoSchedule") {
+        have = true;
         continue;
       }
       taints.push_back(e);
     }
   }
-  if (have != want.taint || foreign_form) {
+  if (have != want.taint) {
     if (want.taint) taints.push_back({{"key", key}, {"effect", "NoSchedule"}});
     patch["spec"]["taints"] = taints;
     patch["metadata"]["resourceVersion"] = stringAt(node, {"metadata", "resourceVersion"});

@@ -188,7 +188,9 @@ TEST(NodePatch, TaintEditsOnlyOwnEntryWithPrecondition) {
             json::array({{{"key", "other"}, {"value", "x"}, {"effect", "NoExecute"}}}));
 }
 
-TEST(NodePatch, TaintWithEditedEffectIsNormalised) {
+TEST(NodePatch, TaintWithOurKeyAndAnotherEffectIsNotOurs) {
+  // Taints are identified by key and effect: nodegate writes only <prefix>/not-ready:NoSchedule
+  // and leaves a NoExecute entry under the same key to whoever wrote it.
   auto s = healthy();
   s.gate_open = false;
   auto n = node();
@@ -196,7 +198,12 @@ TEST(NodePatch, TaintWithEditedEffectIsNormalised) {
   auto p = nodePatch(desiredState(s, settings(true)), n, settings(true));
   ASSERT_TRUE(p);
   EXPECT_EQ((*p)["spec"]["taints"],
-            json::array({{{"key", "nodegate.io/not-ready"}, {"effect", "NoSchedule"}}}));
+            json::array({{{"key", "nodegate.io/not-ready"}, {"effect", "NoExecute"}},
+                         {{"key", "nodegate.io/not-ready"}, {"effect", "NoSchedule"}}}));
+  // Gate open: nothing of ours to remove, so nothing is written.
+  n["spec"]["taints"] = json::array({{{"key", "nodegate.io/not-ready"}, {"effect", "NoExecute"}}});
+  p = nodePatch(desiredState(healthy(), settings(true)), n, settings(true));
+  EXPECT_TRUE(!p || !p->contains("spec"));
 }
 
 json withConditions(const Desired& want, const std::string& stamp) {
