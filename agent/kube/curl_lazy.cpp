@@ -105,6 +105,13 @@ using nodegate::curl;
 
 extern "C" {
 
+// curl.h declares curl_easy_setopt/getinfo with an enum as the last named parameter; clang warns
+// that va_start after a promoted type is undefined, but the prototype is libcurl's, not ours, and
+// libcurl's own definitions do exactly this (an enum of int range is passed as an int).
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wvarargs"
+#endif
+
 CURLcode curl_global_init(long flags) {
   return curl().loaded ? curl().global_init(flags) : CURLE_FAILED_INIT;
 }
