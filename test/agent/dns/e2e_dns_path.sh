@@ -19,14 +19,7 @@ check "replica: guest resolves via the ClusterIP" \
   bash -c "ip netns exec $G dig +short +time=2 +tries=1 @10.96.0.10 www.example.test A | grep -qx 10.1.2.3"
 
 # --- the agent ---------------------------------------------------------------------------------
-cat > $TMP/config.json <<JSON
-{"checks": {"dns-path": {"query_timeout_seconds": 1.5, "rescan_seconds": 0.5, "window_seconds": 300}}}
-JSON
-"$NODEGATE" agent --kube none --listen 127.0.0.1:$PORT_METRICS --debug-listen 127.0.0.1:$PORT_DEBUG \
-  --dns-trace on --dns-netns /run/netns/$H --dns-netns /run/netns/$D --config $TMP/config.json \
-  --resync 30 --log-level info > $TMP/agent.log 2>&1 &
-AGENT=$!
-PIDS+=($AGENT)
+start_tracing_agent
 
 
 check "agent traces the launcher found by its virt-launcher process (4 hops) and the server side" \

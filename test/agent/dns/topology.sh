@@ -9,10 +9,13 @@
 #                hd 10.244.0.1 ──veth── eth0 10.244.0.3   "CoreDNS" netns running dnsmasq
 #                up0 192.0.2.1 ──veth── up1 192.0.2.2     "uplink" netns: the default route
 # (A veth stands in for QEMU's tap: a tap only carries frames while a process holds it open.)
+# TOPO_GUEST=tap before topo_up makes tap0 a real tap device for a QEMU guest instead (test/guest:
+# the guest netns stays empty); ports can be set beforehand too.
 
 ID=$$
 G=ngdns-g$ID L=ngdns-l$ID H=ngdns-h$ID D=ngdns-d$ID U=ngdns-u$ID
-PORT_METRICS=19710 PORT_DEBUG=19711
+TOPO_GUEST=${TOPO_GUEST:-veth}
+PORT_METRICS=${PORT_METRICS:-19710} PORT_DEBUG=${PORT_DEBUG:-19711}
 API=http://127.0.0.1:$PORT_DEBUG
 TMP=$(mktemp -d /tmp/ngdns.XXXXXX)
 PIDS=()
@@ -33,20 +36,27 @@ check() {  # check "description" command...
 
 topo_up() {
   for ns in $G $L $H $D $U; do ip netns add $ns; ip -n $ns link set lo up; done
-  ip -n $G link add eth0 type veth peer name tap0 netns $L
+  if [ "$TOPO_GUEST" = tap ]; then
+    ip -n $L tuntap add dev tap0 mode tap
+  else
+    ip -n $G link add eth0 type veth peer name tap0 netns $L
+  fi
   ip -n $L link add k6t-eth0 type bridge
   ip -n $L link set tap0 master k6t-eth0
   ip -n $L link add eth0 type veth peer name hl netns $H
   ip -n $H link add hd type veth peer name eth0 netns $D
   # The node's uplink: where the default route leads (the rest of the network, not forwarding).
   ip -n $H link add up0 type veth peer name up1 netns $U
-  for l in "$G eth0" "$L tap0" "$L k6t-eth0" "$L eth0" "$H hl" "$H hd" "$H up0" "$U up1" "$D eth0"; do
+  for l in "$L tap0" "$L k6t-eth0" "$L eth0" "$H hl" "$H hd" "$H up0" "$U up1" "$D eth0"; do
     ip -n ${l% *} link set ${l#* } up
   done
-  ip -n $G addr add 10.0.2.2/24 dev eth0
-  ip -n $G addr add fd10:0:2::2/120 dev eth0 nodad
-  ip -n $G route add default via 10.0.2.1
-  ip -n $G -6 route add default via fd10:0:2::1
+  if [ "$TOPO_GUEST" = veth ]; then
+    ip -n $G link set eth0 up
+    ip -n $G addr add 10.0.2.2/24 dev eth0
+    ip -n $G addr add fd10:0:2::2/120 dev eth0 nodad
+    ip -n $G route add default via 10.0.2.1
+    ip -n $G -6 route add default via fd10:0:2::1
+  fi
   ip -n $L addr add 10.0.2.1/24 dev k6t-eth0
   ip -n $L addr add fd10:0:2::1/120 dev k6t-eth0 nodad
   ip -n $L addr add 10.244.1.7/24 dev eth0
@@ -106,13 +116,14 @@ NFT
 }
 
 BIG=$(python3 -c 'print("x" * 200)')
+# start_dnsmasq [OPTION...]: the CoreDNS stand-in; extra dnsmasq options add records.
 start_dnsmasq() {
   ip netns exec $D dnsmasq --keep-in-foreground --no-daemon --no-resolv --no-hosts \
     --bind-interfaces --listen-address=10.244.0.3 --listen-address=fd00:244::3 --except-interface=lo \
     --pid-file=$TMP/dnsmasq.pid --local=/test/ \
     --address=/www.example.test/10.1.2.3 --address=/www.example.test/fd00::1234 \
     --txt-record=big.example.test,"$BIG","$BIG","$BIG" \
-    --log-facility=$TMP/dnsmasq.log &
+    --log-facility=$TMP/dnsmasq.log "$@" &
   DNSMASQ=$!
   PIDS+=($DNSMASQ)
   for _ in $(seq 50); do ip netns exec $D ss -lun | grep -q '10.244.0.3:53' && return 0; sleep 0.1; done
@@ -131,6 +142,21 @@ start_launcher() {
   PIDS+=($!)
 }
 
+# start_tracing_agent: the agent with its tracer on the replica (--kube none; the host and server
+# netns as --dns-netns, the launcher netns found by its virt-launcher process), queries unanswered
+# after QUERY_TIMEOUT seconds; AGENT is its pid, its log $TMP/agent.log.
+QUERY_TIMEOUT=${QUERY_TIMEOUT:-1.5}
+start_tracing_agent() {
+  cat > $TMP/config.json <<JSON
+{"checks": {"dns-path": {"query_timeout_seconds": $QUERY_TIMEOUT, "rescan_seconds": 0.5, "window_seconds": 300}}}
+JSON
+  "$NODEGATE" agent --kube none --listen 127.0.0.1:$PORT_METRICS --debug-listen 127.0.0.1:$PORT_DEBUG \
+    --dns-trace on --dns-netns /run/netns/$H --dns-netns /run/netns/$D --config $TMP/config.json \
+    --resync 30 --log-level info > $TMP/agent.log 2>&1 &
+  AGENT=$!
+  PIDS+=($AGENT)
+}
+
 # topo_require TOOL...: the end-to-end tests' preconditions (root for namespaces, nftables and
 # BPF: skip, exit 77; a missing tool is a failure, tools/install-deps.sh installs them all).
 topo_require() {
@@ -142,12 +168,13 @@ topo_require() {
 }
 
 # The replica as every user of it starts: namespaces up, the ClusterIP translated the healthy way,
-# dnsmasq serving, a virt-launcher process in the launcher netns; torn down on exit.
+# dnsmasq serving (with the extra options given), a virt-launcher process in the launcher netns;
+# torn down on exit.
 topo_healthy() {
   trap topo_cleanup EXIT
   topo_up
   service_nat healthy
-  start_dnsmasq
+  start_dnsmasq "$@"
   start_launcher
 }
 
