@@ -2,8 +2,12 @@
 #pragma once
 
 #include <charconv>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <ctime>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -58,6 +62,29 @@ inline std::optional<std::uint64_t> parseU64(std::string_view s) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
   return v;
+}
+
+// A metav1.Time as the API server marshals it ("2026-11-29T14:10:50Z", RFC 3339 in UTC);
+// fractional seconds are accepted and dropped; any other zone than "Z" is refused.
+inline std::optional<std::chrono::system_clock::time_point> parseApiTime(std::string_view text) {
+  const std::string t(text);
+  std::tm tm{};
+  int consumed = 0;
+  if (std::sscanf(t.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &consumed) != 6)
+    return std::nullopt;
+  std::string_view rest = text.substr(static_cast<std::size_t>(consumed));
+  if (!rest.empty() && rest[0] == '.') {
+    std::size_t i = 1;
+    while (i < rest.size() && rest[i] >= '0' && rest[i] <= '9') ++i;
+    rest.remove_prefix(i);
+  }
+  if (rest != "Z") return std::nullopt;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  std::time_t secs = timegm(&tm);
+  if (secs == static_cast<std::time_t>(-1)) return std::nullopt;
+  return std::chrono::system_clock::from_time_t(secs);
 }
 
 }  // namespace nodegate

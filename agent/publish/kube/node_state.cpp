@@ -1,5 +1,7 @@
 #include "publish/kube/node_state.h"
 
+#include "text.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -329,24 +331,7 @@ std::string formatMicroTime(Clock::time_point t) {
 }
 
 std::optional<Clock::time_point> parseTime(const std::string& text) {
-  std::tm tm{};
-  int consumed = 0;
-  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &consumed) != 6)
-    return std::nullopt;
-  std::string rest = text.substr(static_cast<std::size_t>(consumed));
-  // Fractional seconds are accepted and dropped; only UTC ("Z") is what the API server emits.
-  if (!rest.empty() && rest[0] == '.') {
-    std::size_t i = 1;
-    while (i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i]))) ++i;
-    rest = rest.substr(i);
-  }
-  if (rest != "Z") return std::nullopt;
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  std::time_t secs = timegm(&tm);
-  if (secs == static_cast<std::time_t>(-1)) return std::nullopt;
-  return Clock::from_time_t(secs);
+  return parseApiTime(text);
 }
 
 }  // namespace nodegate::kube
