@@ -57,6 +57,7 @@ struct VirtHandlerPod {
   std::string ready_detail;  // the Ready condition's reason/message when not ready
   int restarts = 0;          // summed over its containers
   bool deleting = false;     // metadata.deletionTimestamp set
+  bool operator==(const VirtHandlerPod&) const = default;
 };
 bool isVirtHandlerPod(const nlohmann::json& pod);
 VirtHandlerPod virtHandlerPod(const nlohmann::json& pod);

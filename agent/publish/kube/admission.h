@@ -30,11 +30,13 @@ struct SelectorRequirement {
   std::string key;
   std::string op;
   std::vector<std::string> values;
+  bool operator==(const SelectorRequirement&) const = default;
 };
 
 struct SelectorTerm {
   std::vector<SelectorRequirement> match_expressions;
   std::vector<SelectorRequirement> match_fields;
+  bool operator==(const SelectorTerm&) const = default;
 };
 
 struct Toleration {
@@ -42,6 +44,7 @@ struct Toleration {
   std::string op;   // "Exists" or "Equal" ("" means Equal)
   std::string value;
   std::string effect;  // "" matches every effect
+  bool operator==(const Toleration&) const = default;
 };
 
 struct Taint {
@@ -65,6 +68,7 @@ struct PodPlacement {
   // (a mirror pod in the API carries "file" or "http"); kubelet skips the taint check for these.
   bool static_pod = false;
 
+  bool operator==(const PodPlacement&) const = default;
   std::string id() const { return ns + "/" + name; }
   // Succeeded or Failed: kubelet never admits such a pod again.
   bool terminal() const { return phase == "Succeeded" || phase == "Failed"; }
