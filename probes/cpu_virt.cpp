@@ -43,15 +43,23 @@ CpuInfo parseCpuInfo(std::string_view text) {
   return info;
 }
 
-CheckResult evaluateCpuVirt(const CpuInfo& info, bool kvm_misc_present) {
+CheckResult evaluateCpuVirt(const CpuInfo& info, bool kvm_misc_present, const KvmBackend& backend) {
   if (info.processors == 0 || info.arch.empty()) {
-    auto r = makeResult("cpu-virt", Status::Unknown, "CpuInfoUnreadable",
-                        "cpuinfo has no processor flags to decide from",
-                        "check that the host's /proc is mounted (--host-root / --path.procfs)");
-    r.labels["cpu-virt"] = "none";
-    return r;
+    // Nothing is known, so no label is published as if it were.
+    return makeResult("cpu-virt", Status::Unknown, "CpuInfoUnreadable",
+                      "cpuinfo has no processor flags to decide from",
+                      "check that the host's /proc is mounted (--host-root / --path.procfs)");
   }
   const bool hypervisor = info.flags.count("hypervisor") > 0;
+  // Without vmx/svm the KVM that is there (if any) is not a hardware one: say which it is.
+  std::string kvm_here;
+  if (!backend.modules.empty()) {
+    const auto b = backend.primary();
+    kvm_here = isParavirtualKvmBackend(b)
+                   ? "; KVM here is " + b +
+                         " (paravirtual: guests need a PVM-enabled kernel, see kvm-device)"
+                   : "; KVM backend present: " + describeBackend(backend) + " (see kvm-device)";
+  }
   CheckResult r;
   if (info.arch == "arm64") {
     if (kvm_misc_present) {
@@ -72,14 +80,15 @@ CheckResult evaluateCpuVirt(const CpuInfo& info, bool kvm_misc_present) {
     r = makeResult("cpu-virt", Status::Pass, "SvmPresent", "AMD-V (svm) present");
     r.labels["cpu-virt"] = "svm";
   } else if (hypervisor) {
-    r = makeResult("cpu-virt", Status::Fail, "NoHardwareVirtualization",
-                   "this node is itself a VM and its hypervisor does not expose vmx/svm",
-                   "enable nested virtualization on the hypervisor (or use a metal / "
-                   "nested-capable instance type)");
+    r = makeResult(
+        "cpu-virt", Status::Fail, "NoHardwareVirtualization",
+        "no vmx/svm: this VM's hypervisor does not expose hardware virtualization" + kvm_here,
+        "enable nested virtualization on the hypervisor (or use a metal / "
+        "nested-capable instance type) so that kvm_intel or kvm_amd can load");
     r.labels["cpu-virt"] = "none";
   } else {
     r = makeResult("cpu-virt", Status::Fail, "NoHardwareVirtualization",
-                   "the CPU reports neither vmx nor svm",
+                   "the CPU reports neither vmx nor svm" + kvm_here,
                    "enable VT-x/AMD-V (SVM) in the firmware setup and reboot");
     r.labels["cpu-virt"] = "none";
   }
@@ -89,6 +98,7 @@ CheckResult evaluateCpuVirt(const CpuInfo& info, bool kvm_misc_present) {
                                          : info.flags.count("svm") ? "svm"
                                                                    : "no vmx/svm"});
   r.evidence.push_back({"cpuinfo hypervisor flag", hypervisor ? "present" : "absent"});
+  r.evidence.push_back({"kvm backend", backend.modules.empty() ? "none loaded" : backend.seen});
   r.labels["hypervisor"] = hypervisor ? "true" : "false";
   return r;
 }
@@ -101,7 +111,7 @@ CheckResult CpuVirtProbe::run(const ProbeContext& ctx) {
   }
   struct stat st {};
   bool kvm_misc = ::stat(ctx.host.sys("class/misc/kvm").c_str(), &st) == 0;
-  auto r = evaluateCpuVirt(parseCpuInfo(*text), kvm_misc);
+  auto r = evaluateCpuVirt(parseCpuInfo(*text), kvm_misc, readKvmBackend(ctx.host));
   r.evidence.insert(r.evidence.begin(), {"source", ctx.host.proc("cpuinfo")});
   return r;
 }

@@ -1,12 +1,14 @@
 // cpu-virt: does the CPU offer hardware virtualization to this kernel?
 // x86 needs vmx (Intel VT-x) or svm (AMD-V); arm64 has no such flag, so it is decided from the
-// kernel's own KVM support instead and never failed for lacking x86 flags.
+// kernel's own KVM support instead and never failed for lacking x86 flags. Without vmx/svm a
+// host may still have a KVM (kvm_pvm, paravirtual): the verdict names it, kvm-device tests it.
 #pragma once
 
 #include <set>
 #include <string>
 #include <string_view>
 
+#include "kvm_backend.h"
 #include "nodegate/probe.h"
 
 namespace nodegate {
@@ -23,8 +25,10 @@ struct CpuInfo {
 // yields processors == 0, which the evaluator treats as UNKNOWN.
 CpuInfo parseCpuInfo(std::string_view text);
 
-// Pure evaluation. kvm_misc_present: <sys>/class/misc/kvm exists (the arm64 signal).
-CheckResult evaluateCpuVirt(const CpuInfo& info, bool kvm_misc_present);
+// Pure evaluation. kvm_misc_present: <sys>/class/misc/kvm exists (the arm64 signal); backend:
+// the KVM backend really present, named so that a reader of a FAIL learns what KVM there is.
+CheckResult evaluateCpuVirt(const CpuInfo& info, bool kvm_misc_present,
+                            const KvmBackend& backend = {});
 
 class CpuVirtProbe final : public Probe {
  public:

@@ -11,6 +11,8 @@ DeviceNode openDeviceNode(DeviceIo& io, const std::string& path, unsigned want_m
                           unsigned want_minor, int flags) {
   DeviceNode n;
   n.path = path;
+  n.want_major = want_major;
+  n.want_minor = want_minor;
   auto st = io.statPath(path);
   if (!st) {
     n.error = st.error();
@@ -53,6 +55,55 @@ DeviceNode openDeviceNode(DeviceIo& io, const std::string& path, unsigned want_m
 
 std::string causeOf(const Error& e) {
   return e.code != 0 ? std::string(std::strerror(e.code)) : e.message;
+}
+
+std::optional<CheckResult> evaluateDeviceNode(const DeviceNode& n, const DeviceNodeTexts& t) {
+  using S = DeviceNode::State;
+  const std::string& dev = n.path;
+  const std::string number = std::to_string(n.want_major) + ":" + std::to_string(n.want_minor);
+  const std::string mknod =
+      "mknod " + dev + " c " + std::to_string(n.want_major) + " " + std::to_string(n.want_minor);
+  switch (n.state) {
+    case S::Missing:
+      if (t.registered)
+        return makeResult(
+            t.check, t.bad, "DeviceNodeMissing",
+            "the " + t.driver + " driver is registered but " + dev + " does not exist",
+            "create the node (" + mknod +
+                ") or check that devtmpfs/udev is mounted and that --path.devfs "
+                "points at the host's /dev");
+      return makeResult(
+          t.check, t.bad, "DeviceMissing",
+          dev + " does not exist and the kernel registered no " + t.driver + " device",
+          t.driver_hint);
+    case S::StatFailed:
+      return makeResult(t.check, Status::Unknown, "DeviceUnreadable", n.error.message,
+                        "give the agent access to the host's /dev (mount it at --path.devfs)");
+    case S::NotCharDevice:
+    case S::WrongNumber:
+      return makeResult(t.check, t.bad, "WrongDeviceNode",
+                        dev + " is not the character device " + number,
+                        "remove the stray file and let the " + t.driver + " driver create " + dev +
+                            " (" + mknod + ")");
+    case S::PermissionDenied:
+      return makeResult(t.check, Status::Unknown, "PermissionDenied",
+                        "cannot open " + dev + " read-write: " + causeOf(n.error),
+                        t.permission_hint);
+    case S::NoDriver:
+      return makeResult(t.check, t.bad, "NoDriver",
+                        dev + " exists but no driver answers: " + causeOf(n.error), t.driver_hint);
+    case S::OpenFailed:
+      return makeResult(t.check, t.bad, "OpenFailed",
+                        "cannot open " + dev + ": " + causeOf(n.error), t.driver_hint);
+    case S::Open:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+void setDeviceLabel(CheckResult& r, const std::string& label, bool usable) {
+  if (r.status == Status::Unknown) return;
+  r.labels[label] = usable ? "true" : "false";
 }
 
 Evidence nodeEvidence(const DeviceNode& n) {

@@ -5,8 +5,6 @@
 #include <cctype>
 #include <cerrno>
 
-#include "cpu_virt.h"
-#include "kvm_device.h"
 #include "text.h"
 
 namespace nodegate {
@@ -81,13 +79,81 @@ std::map<std::string, std::string> parseModulesDevname(std::string_view text) {
   return out;
 }
 
+std::optional<bool> kernelModuleSupport(const HostRoot& host) {
+  struct stat st {};
+  if (::stat(host.proc("modules").c_str(), &st) == 0) return true;
+  if (errno == ENOENT && ::stat(host.proc("sys/kernel/osrelease").c_str(), &st) == 0) return false;
+  return std::nullopt;
+}
+
+namespace {
+
+// The Kconfig option that builds each module nodegate asks for.
+std::string kconfigOf(const std::string& module) {
+  static const std::map<std::string, std::string> kOptions = {{"kvm", "CONFIG_KVM"},
+                                                              {"kvm_intel", "CONFIG_KVM_INTEL"},
+                                                              {"kvm_amd", "CONFIG_KVM_AMD"},
+                                                              {"tun", "CONFIG_TUN"},
+                                                              {"vhost_net", "CONFIG_VHOST_NET"}};
+  auto it = kOptions.find(module);
+  return it != kOptions.end() ? it->second : "the option for " + module;
+}
+
+}  // namespace
+
+std::string moduleHint(const std::vector<std::string>& modules,
+                       std::optional<bool> module_support) {
+  std::string names, options;
+  for (const auto& m : modules) {
+    appendWord(names, m);
+    options += (options.empty() ? "" : ", ") + kconfigOf(m) + "=y";
+  }
+  if (module_support == false)
+    return "this kernel cannot load modules (it has no /proc/modules): boot one built with " +
+           options;
+  if (modules.size() == 1)
+    return "load the " + names + " module: modprobe " + names +
+           " (persist it in /etc/modules-load.d/)";
+  return "load them: modprobe -a " + names + " (persist in /etc/modules-load.d/)";
+}
+
 std::map<std::string, bool> requiredModules(const ModulesObservation& o) {
   std::map<std::string, bool> req{{"tun", true}, {"vhost_net", false}};
   // arm64 KVM is bool in Kconfig: it is never a module, the misc device is the evidence.
   if (o.arch != "arm64") req["kvm"] = true;
-  if (!o.vendor_module.empty()) req[o.vendor_module] = true;
+  if (!o.backend.primary().empty())
+    req[o.backend.primary()] = true;
+  else if (!o.cpu_module.empty())
+    req[o.cpu_module] = true;
   return req;
 }
+
+bool noBackendPossible(const ModulesObservation& o) {
+  return o.arch == "x86" && o.backend.modules.empty() && o.cpu_module.empty();
+}
+
+namespace {
+
+// Where a required module was found, or "" when it was not.
+std::string whereFound(const ModulesObservation& o, const std::string& name) {
+  std::string where;
+  if (o.loaded->count(name))
+    where = "loaded";
+  else if (o.builtin && o.builtin->count(name))
+    where = "built in";
+  else if (o.in_sysfs.count(name))
+    where = "built in (sysfs module directory)";
+  else if (o.misc_registered.count(name))
+    where = "in the running kernel (misc device registered)";
+  else if (auto d = o.devname.find(name); d != o.devname.end())
+    return "not loaded; autoloads on first open of device node " + d->second + " (modules.devname)";
+  if (!where.empty() && name == o.backend.primary())
+    where += isParavirtualKvmBackend(name) ? "; the KVM backend, paravirtual (see kvm-device)"
+                                           : "; the KVM backend";
+  return where;
+}
+
+}  // namespace
 
 CheckResult evaluateKernelModules(const ModulesObservation& o) {
   if (!o.loaded) {
@@ -96,21 +162,9 @@ CheckResult evaluateKernelModules(const ModulesObservation& o) {
   }
   std::vector<Evidence> ev;
   std::string missing_required, missing_optional, undecided;
+  std::vector<std::string> to_load;
   for (const auto& [name, required] : requiredModules(o)) {
-    std::string where;
-    if (o.loaded->count(name))
-      where = "loaded";
-    else if (o.builtin && o.builtin->count(name))
-      where = "built in";
-    else if (o.in_sysfs.count(name))
-      where = "built in (sysfs module directory)";
-    else if (o.misc_registered.count(name))
-      where = name == o.vendor_module ? "in the running kernel (it registered the kvm misc device)"
-                                      : "in the running kernel (misc device registered)";
-    else if (auto d = o.devname.find(name); d != o.devname.end())
-      where =
-          "not loaded; autoloads on first open of device node " + d->second + " (modules.devname)";
-    if (!where.empty()) {
+    if (auto where = whereFound(o, name); !where.empty()) {
       ev.push_back({"module " + name, where});
       continue;
     }
@@ -121,20 +175,35 @@ CheckResult evaluateKernelModules(const ModulesObservation& o) {
     }
     ev.push_back({"module " + name, "missing"});
     appendWord(required ? missing_required : missing_optional, name);
+    // kvm alone is no use where no backend can load: do not advise loading it.
+    if (!(name == "kvm" && noBackendPossible(o))) to_load.push_back(name);
   }
+  const bool no_backend = noBackendPossible(o);
+  // A backend that is there is named on its module's line; say so when there is none.
+  if (o.backend.modules.empty() && o.arch != "arm64")
+    ev.push_back({"kvm backend", no_backend ? "none: the CPU exposes no vmx/svm, so neither "
+                                              "kvm_intel nor kvm_amd can load (see cpu-virt)"
+                                            : "none loaded"});
   if (o.arch == "arm64")
     ev.push_back({"module kvm", o.kvm_misc_present ? "built in (arm64, misc device present)"
                                                    : "not in the running kernel (arm64)"});
 
+  std::optional<bool> support;
+  if (o.no_module_support) support = false;
+  std::string hint = to_load.empty() ? std::string() : moduleHint(to_load, support);
+  if (no_backend)
+    hint = "no KVM backend can load on a CPU without vmx/svm: see cpu-virt" +
+           (hint.empty() ? std::string() : "; " + hint);
   CheckResult r;
-  auto all = missing_required;
-  appendWord(all, missing_optional);
-  auto hint = "load them: modprobe -a " + all + " (persist in /etc/modules-load.d/)";
-  if (!missing_required.empty()) {
-    r = makeResult("kernel-modules", Status::Fail, "ModulesMissing",
-                   "required modules neither loaded nor built in: " + missing_required +
-                       (missing_optional.empty() ? "" : "; recommended: " + missing_optional),
-                   hint);
+  if (!missing_required.empty() || no_backend) {
+    std::string msg;
+    if (!missing_required.empty())
+      msg = "required modules neither loaded nor built in: " + missing_required;
+    if (no_backend)
+      msg += std::string(msg.empty() ? "" : "; ") +
+             "no KVM backend can load: the CPU exposes no vmx/svm";
+    if (!missing_optional.empty()) msg += "; recommended: " + missing_optional;
+    r = makeResult("kernel-modules", Status::Fail, "ModulesMissing", msg, hint);
   } else if (!undecided.empty()) {
     r = makeResult("kernel-modules", Status::Unknown, "BuiltinListUnreadable",
                    "not loaded, and cannot tell whether built in: " + undecided,
@@ -160,14 +229,15 @@ CheckResult evaluateKernelModules(const ModulesObservation& o) {
 
 CheckResult KernelModulesProbe::run(const ProbeContext& ctx) {
   ModulesObservation o;
-  auto cpu = readCpuKvmFacts(ctx.host);
-  o.arch = cpu.arch;
-  o.vendor_module = cpu.vendor_module;
+  auto kvm = readKvmHostFacts(ctx.host);
+  o.arch = kvm.arch;
+  o.cpu_module = kvm.cpu_module;
+  o.backend = kvm.backend;
   struct stat st {};
   o.kvm_misc_present = ::stat(ctx.host.sys("class/misc/kvm").c_str(), &st) == 0;
   if (auto text = readFile(ctx.host.proc("modules"))) {
     o.loaded = parseProcModules(*text);
-  } else if (text.error().code == ENOENT && ::stat(ctx.host.proc("self").c_str(), &st) == 0) {
+  } else if (kernelModuleSupport(ctx.host) == false) {
     // procfs is there but has no modules file: CONFIG_MODULES=n, everything is built in.
     o.loaded.emplace();
     o.no_module_support = true;
@@ -185,9 +255,10 @@ CheckResult KernelModulesProbe::run(const ProbeContext& ctx) {
   } else {
     o.builtin_error = text.error().message;
   }
-  // x86 registers the kvm misc device only once kvm_intel/kvm_amd initialised.
+  // A driver that registered its misc device is in the running kernel. Not the KVM backend:
+  // on x86 any backend registers "kvm", so the device cannot say which one.
   const std::map<std::string, std::string> misc = {
-      {"kvm", "kvm"}, {"tun", "tun"}, {"vhost_net", "vhost-net"}, {o.vendor_module, "kvm"}};
+      {"kvm", "kvm"}, {"tun", "tun"}, {"vhost_net", "vhost-net"}};
   for (const auto& [name, required] : requiredModules(o)) {
     (void)required;
     if (::stat(ctx.host.sys("module/" + name).c_str(), &st) == 0) o.in_sysfs.insert(name);

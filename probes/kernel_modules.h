@@ -9,7 +9,9 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "kvm_backend.h"
 #include "nodegate/probe.h"
 
 namespace nodegate {
@@ -30,9 +32,19 @@ std::map<std::string, std::string> parseModulesDevname(std::string_view text);
 // A module name as the kernel spells it in /proc/modules and /sys/module ('-' -> '_').
 std::string normalizeModuleName(std::string_view name);
 
+// Whether the running kernel loads modules at all: true when <proc>/modules is readable, false
+// when it is absent from a procfs that is there (CONFIG_MODULES=n: everything is built in),
+// nullopt when procfs cannot be read.
+std::optional<bool> kernelModuleSupport(const HostRoot& host);
+
+// How to get modules into the running kernel: modprobe where it loads modules, a kernel built
+// with them (their Kconfig options) where it cannot. module_support nullopt reads as true.
+std::string moduleHint(const std::vector<std::string>& modules, std::optional<bool> module_support);
+
 struct ModulesObservation {
-  std::string arch;                              // cpuinfo arch
-  std::string vendor_module;                     // kvm_intel / kvm_amd / ""
+  std::string arch;        // cpuinfo arch
+  std::string cpu_module;  // the vendor module the CPU flags allow (kvm_intel / kvm_amd / "")
+  KvmBackend backend;      // the KVM backend really loaded or built in
   bool kvm_misc_present = false;                 // arm64: KVM is a boolean Kconfig, never a module
   std::optional<std::set<std::string>> loaded;   // nullopt: /proc/modules unreadable
   std::optional<std::set<std::string>> builtin;  // nullopt: modules.builtin unreadable
@@ -47,7 +59,10 @@ struct ModulesObservation {
 };
 
 // Names this host needs, each with whether it is required (FAIL) or only recommended (WARN).
+// The KVM backend is the one present; failing that, the one the CPU flags allow; an x86 host
+// that has neither gets none here and noBackendPossible() instead.
 std::map<std::string, bool> requiredModules(const ModulesObservation& obs);
+bool noBackendPossible(const ModulesObservation& obs);
 
 CheckResult evaluateKernelModules(const ModulesObservation& obs);
 

@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <cstdio>
 
+#include "kernel_modules.h"
 #include "nodegate/host_root.h"
 
 namespace nodegate {
@@ -49,14 +51,128 @@ std::string joined(const std::vector<std::string>& v) {
   return out;
 }
 
+std::string hex(std::uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+// How to get a KVM driver where there is none.
 std::string loadHint(const KvmObservation& o) {
   if (o.arch == "arm64")
     return "arm64 builds KVM into the kernel: boot with CONFIG_KVM=y at EL2 (bare metal or a "
            "nested-capable hypervisor)";
-  if (o.vendor_module.empty())
-    return "the CPU offers no known KVM vendor module (see the cpu-virt check)";
-  return "load the KVM modules: modprobe " + o.vendor_module +
-         " (and persist it in /etc/modules-load.d/)";
+  if (o.cpu_module.empty())
+    return "no KVM backend can load: the CPU exposes no vmx/svm (see the cpu-virt check)";
+  return moduleHint({o.cpu_module}, o.module_support);
+}
+
+std::string stageOf(GuestStage s) {
+  return std::string(guestStageName(s)) + " (stage " + std::to_string(static_cast<int>(s)) +
+         " of " + std::to_string(kGuestStages) + ")";
+}
+
+std::string backendWords(const KvmObservation& o) {
+  return "; KVM backend: " + describeBackend(o.backend);
+}
+
+// The verdict once a VM was created: what the test guest proved.
+CheckResult evaluateGuest(const KvmObservation& o) {
+  const GuestRun& g = *o.guest;
+  if (!g.supported)
+    return makeResult("kvm-device", Status::Unknown, "GuestRunUnsupported",
+                      "KVM API 12, required capabilities present and a VM was created, but "
+                      "nodegate has no test guest for " +
+                          (o.arch.empty() ? std::string("this architecture") : o.arch) +
+                          ": whether a guest runs is not proven",
+                      "start a VM on this node to prove it (the built-in guest run covers "
+                      "x86-64 only)");
+  if (!g.failed_step.empty()) {
+    // Out of memory is the host's state, not KVM's verdict.
+    const bool transient = g.error.code == ENOMEM || g.error.code == EAGAIN;
+    return makeResult("kvm-device", transient ? Status::Unknown : Status::Fail,
+                      g.failed_step == "KVM_RUN" ? "GuestRunFailed" : "GuestSetupFailed",
+                      "KVM created a VM but its test guest failed at " + g.failed_step + ": " +
+                          causeOf(g.error) + backendWords(o),
+                      transient ? "the host is short of memory: retry when it has some"
+                                : "check dmesg for kvm errors; virt-launcher makes the same calls");
+  }
+  if (g.timed_out)
+    return makeResult("kvm-device", Status::Unknown, "GuestTimedOut",
+                      "the test guest did not finish within " + std::to_string(g.limit.count()) +
+                          " ms; it had reached " + stageOf(g.reached) + backendWords(o),
+                      "if a less loaded moment gives the same, KVM does not run guests here: "
+                      "check dmesg for kvm errors");
+  if (g.enteredLongMode())
+    return makeResult("kvm-device", Status::Pass, "KvmUsable",
+                      "KVM API 12, required capabilities present; a test guest entered 64-bit "
+                      "long mode on a vCPU" +
+                          backendWords(o));
+  const std::string how = g.unexpected.empty() ? g.last.what : g.unexpected;
+  const std::string hint =
+      isParavirtualKvmBackend(o.backend.primary())
+          ? o.backend.primary() +
+                " is a paravirtual backend: it runs only PVM-enabled guest kernels, not the "
+                "stock kernels KubeVirt boots; give the node hardware virtualization (a metal "
+                "or nested-capable instance, see cpu-virt) so kvm_intel or kvm_amd backs " +
+                o.node.path
+          : "check dmesg for kvm errors: this KVM cannot take a standard x86-64 guest to long "
+            "mode (see cpu-virt)";
+  if (g.reached == GuestStage::None)
+    return makeResult("kvm-device", Status::Fail, "GuestDoesNotRun",
+                      "KVM answers, but its vCPU ran no guest code: the test guest stopped with " +
+                          how + backendWords(o),
+                      hint);
+  if (g.reached == GuestStage::LongMode)
+    return makeResult("kvm-device", Status::Fail, "GuestDidNotHalt",
+                      "the test guest reached long mode but did not halt: " + how + backendWords(o),
+                      hint);
+  return makeResult("kvm-device", Status::Fail, "GuestCannotEnterLongMode",
+                    "KVM answers, but a standard guest cannot enter long mode: the test guest "
+                    "reached " +
+                        stageOf(g.reached) + " and stopped at " +
+                        std::string(guestNextStep(g.reached)) + " with " + how + backendWords(o),
+                    hint);
+}
+
+// The verdict for an open /dev/kvm: the ioctls, then the guest.
+CheckResult evaluateOpenKvm(const KvmObservation& o) {
+  const std::string& dev = o.node.path;
+  if (!o.api_version)
+    return makeResult("kvm-device", Status::Fail, "NotKvm",
+                      "KVM_GET_API_VERSION failed on " + dev + ": " + causeOf(o.api_error),
+                      "check that " + dev + " is the KVM device (char 10:232); " + loadHint(o));
+  if (*o.api_version != kKvmApiVersion)
+    return makeResult("kvm-device", Status::Fail, "ApiVersionMismatch",
+                      "KVM API version " + std::to_string(*o.api_version) + ", QEMU needs 12",
+                      "run a kernel whose KVM API is version 12 (any Linux since 2.6.22)");
+  if (!o.caps_missing.empty())
+    return makeResult("kvm-device", Status::Fail, "MissingCapabilities",
+                      "KVM lacks capabilities QEMU requires: " + joined(o.caps_missing),
+                      "upgrade the host kernel; QEMU refuses to start without these");
+  if (!o.create_vm_ok)
+    return makeResult("kvm-device", Status::Fail, "CreateVmFailed",
+                      "KVM_CREATE_VM failed: " + causeOf(o.create_vm_error),
+                      o.create_vm_error.code == EBUSY
+                          ? "another hypervisor (VirtualBox, VMware) holds VT-x/AMD-V: stop it"
+                          : "check dmesg for kvm errors (disabled in firmware, or out of memory)");
+  if (!o.guest)  // the collector always runs the guest after a VM; kept total for callers
+    return makeResult("kvm-device", Status::Unknown, "GuestNotRun",
+                      "a VM was created but no test guest ran in it",
+                      "this is a bug in the collector: report it");
+  return evaluateGuest(o);
+}
+
+std::string guestEvidence(const GuestRun& g) {
+  if (!g.supported) return "not run: no test guest for this architecture";
+  if (!g.failed_step.empty()) return "set-up failed at " + g.failed_step;
+  if (g.timed_out)
+    return "reached " + stageOf(g.reached) + ", then no exit within " +
+           std::to_string(g.limit.count()) + " ms";
+  if (g.enteredLongMode()) return "entered " + stageOf(g.reached) + ", then hlt";
+  return "reached " + stageOf(g.reached) + ", then " +
+         (g.unexpected.empty() ? g.last.what : g.unexpected) + " at " +
+         std::string(guestNextStep(g.reached));
 }
 
 }  // namespace
@@ -79,95 +195,23 @@ std::vector<KvmCapability> kvmRequiredCapabilities(std::string_view arch) {
   return caps;
 }
 
-std::string kvmVendorModule(const CpuInfo& cpu) {
-  if (cpu.arch != "x86") return {};
-  if (cpu.flags.count("vmx") || cpu.vendor == "GenuineIntel") return "kvm_intel";
-  if (cpu.flags.count("svm") || cpu.vendor == "AuthenticAMD" || cpu.vendor == "HygonGenuine")
-    return "kvm_amd";
-  return {};
-}
-
-CpuKvmFacts readCpuKvmFacts(const HostRoot& host) {
-  CpuKvmFacts facts;
-  if (auto text = readFile(host.proc("cpuinfo"))) {
-    auto cpu = parseCpuInfo(*text);
-    facts.arch = cpu.arch;
-    facts.vendor_module = kvmVendorModule(cpu);
-  }
-  return facts;
-}
-
 CheckResult evaluateKvmDevice(const KvmObservation& o) {
-  using S = DeviceNode::State;
-  const std::string dev = o.node.path;
+  const DeviceNodeTexts texts{"kvm-device",
+                              "kvm",
+                              Status::Fail,
+                              o.sys_misc_present,
+                              "run the check as root, or add the user to the kvm group "
+                              "(virt-launcher needs " +
+                                  o.node.path + " rw)",
+                              loadHint(o)};
   CheckResult r;
-  switch (o.node.state) {
-    case S::Missing:
-      if (o.sys_misc_present) {
-        r = makeResult("kvm-device", Status::Fail, "DeviceNodeMissing",
-                       "the kvm driver is registered but " + dev + " does not exist",
-                       "create the node (mknod " + dev +
-                           " c 10 232; chmod 0666) or check that devtmpfs/udev is mounted and "
-                           "that --path.devfs points at the host's /dev");
-      } else {
-        r = makeResult("kvm-device", Status::Fail, "DeviceMissing",
-                       dev + " does not exist and the kernel registered no kvm device",
-                       loadHint(o));
-      }
-      break;
-    case S::StatFailed:
-      r = makeResult("kvm-device", Status::Unknown, "DeviceUnreadable", o.node.error.message,
-                     "give the agent access to the host's /dev (mount it at --path.devfs)");
-      break;
-    case S::NotCharDevice:
-    case S::WrongNumber:
-      r = makeResult("kvm-device", Status::Fail, "WrongDeviceNode",
-                     dev + " is not the character device 10:232",
-                     "remove the stray file and let the kvm driver create " + dev + " (mknod " +
-                         dev + " c 10 232)");
-      break;
-    case S::PermissionDenied:
-      r = makeResult("kvm-device", Status::Unknown, "PermissionDenied",
-                     "cannot open " + dev + " read-write: " + causeOf(o.node.error),
-                     "run the check as root, or add the user to the kvm group "
-                     "(virt-launcher needs " +
-                         dev + " rw)");
-      break;
-    case S::NoDriver:
-      r = makeResult("kvm-device", Status::Fail, "NoDriver",
-                     dev + " exists but no driver answers: " + causeOf(o.node.error), loadHint(o));
-      break;
-    case S::OpenFailed:
-      r = makeResult("kvm-device", Status::Fail, "OpenFailed",
-                     "cannot open " + dev + ": " + causeOf(o.node.error), loadHint(o));
-      break;
-    case S::Open:
-      if (!o.api_version) {
-        r = makeResult("kvm-device", Status::Fail, "NotKvm",
-                       "KVM_GET_API_VERSION failed on " + dev + ": " + causeOf(o.api_error),
-                       "check that " + dev + " is the KVM device (char 10:232) and " + loadHint(o));
-      } else if (*o.api_version != kKvmApiVersion) {
-        r = makeResult("kvm-device", Status::Fail, "ApiVersionMismatch",
-                       "KVM API version " + std::to_string(*o.api_version) + ", QEMU needs 12",
-                       "run a kernel whose KVM API is version 12 (any Linux since 2.6.22)");
-      } else if (!o.caps_missing.empty()) {
-        r = makeResult("kvm-device", Status::Fail, "MissingCapabilities",
-                       "KVM lacks capabilities QEMU requires: " + joined(o.caps_missing),
-                       "upgrade the host kernel; QEMU refuses to start without these");
-      } else if (!o.create_vm_ok) {
-        r = makeResult("kvm-device", Status::Fail, "CreateVmFailed",
-                       "KVM_CREATE_VM failed: " + causeOf(o.create_vm_error),
-                       o.create_vm_error.code == EBUSY
-                           ? "another hypervisor (VirtualBox, VMware) holds VT-x/AMD-V: stop it"
-                           : "check dmesg for kvm errors (disabled in firmware, or out of memory)");
-      } else {
-        r = makeResult("kvm-device", Status::Pass, "KvmUsable",
-                       "KVM API 12, required capabilities present, a VM was created");
-      }
-      break;
-  }
-  r.labels["kvm"] = r.status == Status::Pass ? "true" : "false";
+  if (auto unusable = evaluateDeviceNode(o.node, texts))
+    r = std::move(*unusable);
+  else
+    r = evaluateOpenKvm(o);
+  setDeviceLabel(r, "kvm", r.status == Status::Pass);
   r.evidence.push_back({"sysfs class/misc/kvm", o.sys_misc_present ? "present" : "absent"});
+  r.evidence.push_back({"kvm backend", o.backend.modules.empty() ? "none loaded" : o.backend.seen});
   r.evidence.push_back(nodeEvidence(o.node));
   if (o.api_version)
     r.evidence.push_back({"ioctl KVM_GET_API_VERSION", std::to_string(*o.api_version)});
@@ -178,49 +222,70 @@ CheckResult evaluateKvmDevice(const KvmObservation& o) {
   }
   if (o.max_vcpus) r.evidence.push_back({"KVM_CAP_MAX_VCPUS", std::to_string(*o.max_vcpus)});
   if (o.create_vm_tried)
-    r.evidence.push_back({"ioctl KVM_CREATE_VM",
-                          o.create_vm_ok ? "created and closed" : causeOf(o.create_vm_error)});
+    r.evidence.push_back({"ioctl KVM_CREATE_VM", o.create_vm_ok
+                                                     ? "created; closed after the test guest"
+                                                     : causeOf(o.create_vm_error)});
+  if (o.guest) {
+    r.evidence.push_back({"test guest", guestEvidence(*o.guest)});
+    if (const auto& regs = o.guest->registers)
+      r.evidence.push_back({"test guest registers at exit",
+                            "cr0=" + hex(regs->cr0) + " cr3=" + hex(regs->cr3) +
+                                " cr4=" + hex(regs->cr4) + " efer=" + hex(regs->efer)});
+  }
   r.evidence.push_back({"secure guest support", o.secure_guest});
   return r;
 }
 
-CheckResult KvmDeviceProbe::run(const ProbeContext& ctx) {
+KvmObservation observeKvmDevice(DeviceIo& io, const HostRoot& host) {
   KvmObservation o;
-  auto cpu = readCpuKvmFacts(ctx.host);
-  o.arch = cpu.arch;
-  o.vendor_module = cpu.vendor_module;
-  o.sys_misc_present = exists(ctx.host.sys("class/misc/kvm"));
-  o.secure_guest = secureGuest(ctx.host);
-  o.node = openDeviceNode(*io_, ctx.host.dev("kvm"), kMiscMajor, kKvmMinor, O_RDWR);
-  if (o.node.state != DeviceNode::State::Open) return evaluateKvmDevice(o);
-  SeamFd kvm(*io_, o.node.fd);
+  auto facts = readKvmHostFacts(host);
+  o.arch = facts.arch;
+  o.cpu_module = facts.cpu_module;
+  o.backend = facts.backend;
+  o.module_support = kernelModuleSupport(host);
+  o.sys_misc_present = exists(host.sys("class/misc/kvm"));
+  o.secure_guest = secureGuest(host);
+  o.node = openDeviceNode(io, host.dev("kvm"), kMiscMajor, kKvmMinor, O_RDWR);
+  if (o.node.state != DeviceNode::State::Open) return o;
+  SeamFd kvm(io, o.node.fd);
 
-  auto api = io_->ioctl(kvm.get(), KVM_GET_API_VERSION, nullptr);
+  auto api = io.ioctl(kvm.get(), KVM_GET_API_VERSION, nullptr);
   if (!api) {
     o.api_error = api.error();
-    return evaluateKvmDevice(o);
+    return o;
   }
   o.api_version = *api;
   // KVM_CHECK_EXTENSION takes the capability number itself as the argument.
   for (const auto& cap : kvmRequiredCapabilities(o.arch)) {
-    auto has = io_->ioctl(kvm.get(), KVM_CHECK_EXTENSION,
-                          reinterpret_cast<void*>(static_cast<std::uintptr_t>(cap.number)));
+    auto has = io.ioctl(kvm.get(), KVM_CHECK_EXTENSION,
+                        reinterpret_cast<void*>(static_cast<std::uintptr_t>(cap.number)));
     (has && *has > 0 ? o.caps_present : o.caps_missing).emplace_back(cap.name);
   }
-  auto vcpus = io_->ioctl(kvm.get(), KVM_CHECK_EXTENSION,
-                          reinterpret_cast<void*>(static_cast<std::uintptr_t>(KVM_CAP_MAX_VCPUS)));
+  auto vcpus = io.ioctl(kvm.get(), KVM_CHECK_EXTENSION,
+                        reinterpret_cast<void*>(static_cast<std::uintptr_t>(KVM_CAP_MAX_VCPUS)));
   if (vcpus && *vcpus > 0) o.max_vcpus = *vcpus;
-  if (o.caps_missing.empty() && o.api_version == kKvmApiVersion) {
-    o.create_vm_tried = true;
-    auto vm = io_->ioctl(kvm.get(), KVM_CREATE_VM, nullptr);  // machine type 0: the default
-    if (vm) {
-      o.create_vm_ok = true;
-      io_->close(*vm);  // the VM fd is the whole VM: closing it destroys the VM at once
-    } else {
-      o.create_vm_error = vm.error();
-    }
+  if (!o.caps_missing.empty() || o.api_version != kKvmApiVersion) return o;
+  o.create_vm_tried = true;
+  auto vm = io.ioctl(kvm.get(), KVM_CREATE_VM, nullptr);  // machine type 0: the default
+  if (!vm) {
+    o.create_vm_error = vm.error();
+    return o;
   }
-  return evaluateKvmDevice(o);
+  o.create_vm_ok = true;
+  SeamFd vm_fd(io, *vm);  // the VM fd is the whole VM: closing it destroys the VM
+  // The guest is x86 code: a host known to be another architecture (a captured arm64 tree) gets
+  // none; runGuest itself declines on a build for another architecture.
+  if (o.arch.empty() || o.arch == "x86") {
+    o.guest = runGuest(io, kvm.get(), vm_fd.get());
+  } else {
+    o.guest.emplace();
+    o.guest->supported = false;
+  }
+  return o;
+}
+
+CheckResult KvmDeviceProbe::run(const ProbeContext& ctx) {
+  return evaluateKvmDevice(observeKvmDevice(*io_, ctx.host));
 }
 
 }  // namespace nodegate

@@ -1,6 +1,9 @@
-// kvm-device: can this host actually create a KVM virtual machine? Goes beyond "the node
-// exists": char 10:232, opened read-write, KVM_GET_API_VERSION == 12, the capabilities QEMU
-// (virt-launcher) refuses to start without, and one KVM_CREATE_VM that is closed at once.
+// kvm-device: can this host actually run a KVM guest? Goes beyond "the node exists": char
+// 10:232, opened read-write, KVM_GET_API_VERSION == 12, the capabilities QEMU (virt-launcher)
+// refuses to start without, one KVM_CREATE_VM, and in that VM a tiny test guest that makes the
+// mode switches of an x86-64 kernel's boot (kvm_guest.h). Only a guest that reached long mode
+// is a PASS: a paravirtual backend (kvm_pvm) creates VMs and runs real-mode code, yet boots no
+// stock kernel. arm64 has no test guest yet, so there the verdict is UNKNOWN, not PASS.
 #pragma once
 
 #include <memory>
@@ -9,8 +12,9 @@
 #include <string_view>
 #include <vector>
 
-#include "cpu_virt.h"
 #include "device_node.h"
+#include "kvm_backend.h"
+#include "kvm_guest.h"
 #include "nodegate/probe.h"
 #include "nodegate/seams.h"
 
@@ -26,22 +30,12 @@ struct KvmCapability {
 // arch is CpuInfo::arch ("x86", "arm64"); the x86-only ones are skipped elsewhere.
 std::vector<KvmCapability> kvmRequiredCapabilities(std::string_view arch);
 
-// "kvm_intel" for vmx or GenuineIntel, "kvm_amd" for svm or AuthenticAMD, "" otherwise (arm64
-// builds KVM into the kernel; an unknown x86 vendor gets no guess).
-std::string kvmVendorModule(const CpuInfo& cpu);
-
-// The host's CPU architecture and kvm vendor module, read from <proc>/cpuinfo; both empty when
-// cpuinfo cannot be read (the cpu-virt check reports that). kvm-device and kernel-modules share it.
-struct CpuKvmFacts {
-  std::string arch;
-  std::string vendor_module;
-};
-CpuKvmFacts readCpuKvmFacts(const HostRoot& host);
-
 struct KvmObservation {
-  std::string arch;               // from cpuinfo
-  std::string vendor_module;      // kvmVendorModule()
-  bool sys_misc_present = false;  // <sys>/class/misc/kvm: the driver registered the device
+  std::string arch;                    // from cpuinfo ("" when unreadable)
+  std::string cpu_module;              // the vendor module the CPU flags allow (kvm_backend.h)
+  KvmBackend backend;                  // the backend really loaded or built in
+  std::optional<bool> module_support;  // kernelModuleSupport(), for the hints
+  bool sys_misc_present = false;       // <sys>/class/misc/kvm: the driver registered the device
   DeviceNode node;
   std::optional<int> api_version;
   Error api_error;
@@ -50,8 +44,14 @@ struct KvmObservation {
   bool create_vm_tried = false;
   bool create_vm_ok = false;
   Error create_vm_error;
-  std::string secure_guest;  // "AMD SEV (kvm_amd sev=Y)", "none found"
+  std::optional<GuestRun> guest;  // the test guest, run once a VM was created
+  std::string secure_guest;       // "AMD SEV (kvm_amd sev=Y)", "none found"
 };
+
+// The whole collector, self-contained over the DeviceIo seam and the host root, so that the
+// privileged device helper runs exactly what the probe runs. Every fd and mapping it opens is
+// closed before it returns.
+KvmObservation observeKvmDevice(DeviceIo& io, const HostRoot& host);
 
 // Pure evaluation of what the collector saw.
 CheckResult evaluateKvmDevice(const KvmObservation& obs);

@@ -1,7 +1,7 @@
 #include "nested_virt.h"
 
-#include "cpu_virt.h"
-#include "kvm_device.h"
+#include "kernel_modules.h"
+#include "kvm_backend.h"
 #include "text.h"
 
 namespace nodegate {
@@ -20,14 +20,25 @@ CheckResult evaluateNestedVirt(const NestedObservation& o) {
     r = makeResult("nested-virt", Status::Pass, "NestedEnabled",
                    "nested virtualization is enabled (" + o.module + " nested=" + o.raw + ")");
   } else {
-    std::string why = o.module.empty() ? "no KVM vendor module parameter to read"
-                      : o.nested       ? o.module + " nested=" + o.raw
-                                       : o.module + " is not loaded or has no nested parameter";
-    std::string hint =
-        o.module.empty()
-            ? std::string("nested virtualization needs kvm_intel or kvm_amd (see cpu-virt)")
-            : "enable it: echo 'options " + o.module + " nested=1' > /etc/modprobe.d/" + o.module +
-                  ".conf, then reload " + o.module + " with no VM running";
+    std::string why;
+    if (!o.module.empty())
+      why = o.nested ? o.module + " nested=" + o.raw
+                     : o.module + " is not loaded or has no nested parameter";
+    else if (!o.backend.empty())
+      why = "the KVM backend is " + o.backend + ", which has no nested parameter";
+    else
+      why = "no KVM backend is loaded and the CPU allows none: no vmx/svm";
+    std::string hint;
+    if (o.module.empty())
+      hint = "nested virtualization needs kvm_intel or kvm_amd (see cpu-virt)";
+    else if (!o.loads_modules)
+      hint = "enable it: boot with " + o.module +
+             ".nested=1 on the kernel command line (this "
+             "kernel has no loadable modules; " +
+             o.module + " is built in)";
+    else
+      hint = "enable it: echo 'options " + o.module + " nested=1' > /etc/modprobe.d/" + o.module +
+             ".conf, then reload " + o.module + " with no VM running";
     if (o.required) {
       r = makeResult("nested-virt", Status::Warn, "NestedDisabled",
                      "policy requires nested virtualization but it is off: " + why, hint);
@@ -41,6 +52,7 @@ CheckResult evaluateNestedVirt(const NestedObservation& o) {
   if (!o.module.empty())
     r.evidence.push_back(
         {"sysfs module/" + o.module + "/parameters/nested", o.raw.empty() ? "absent" : o.raw});
+  if (!o.backend.empty()) r.evidence.push_back({"kvm backend", o.backend});
   r.evidence.push_back(
       {"cpuinfo hypervisor flag", o.cpu_hypervisor ? "present (node is a guest)" : "absent"});
   r.evidence.push_back({"policy checks.nested-virt.required", o.required ? "true" : "false"});
@@ -50,12 +62,16 @@ CheckResult evaluateNestedVirt(const NestedObservation& o) {
 CheckResult NestedVirtProbe::run(const ProbeContext& ctx) {
   NestedObservation o;
   o.required = ctx.config.flag("nested-virt", "required", false);
-  if (auto text = readFile(ctx.host.proc("cpuinfo"))) {
-    auto cpu = parseCpuInfo(*text);
-    o.arch = cpu.arch;
-    o.module = kvmVendorModule(cpu);
-    o.cpu_hypervisor = cpu.flags.count("hypervisor") > 0;
-  }
+  auto kvm = readKvmHostFacts(ctx.host);
+  o.arch = kvm.arch;
+  o.cpu_hypervisor = kvm.hypervisor;
+  o.backend = kvm.backend.primary();
+  o.loads_modules = kernelModuleSupport(ctx.host) != false;
+  // The parameter of the backend really there; with none, of the one the CPU would load.
+  if (o.backend == "kvm_intel" || o.backend == "kvm_amd")
+    o.module = o.backend;
+  else if (o.backend.empty())
+    o.module = kvm.cpu_module;
   if (!o.module.empty()) {
     if (auto v = readValue(ctx.host.sys("module/" + o.module + "/parameters/nested"))) {
       o.raw = *v;

@@ -18,10 +18,12 @@ std::optional<bool> parseSysfsBool(std::string_view text);
 struct NestedObservation {
   std::string arch;
   std::string module;           // kvm_intel / kvm_amd whose parameter was read, or ""
+  std::string backend;          // the KVM backend present (kvm_backend.h), "" when none
   std::optional<bool> nested;   // nullopt: the parameter file is absent or unparsable
   std::string raw;              // the parameter file content, for evidence
   bool cpu_hypervisor = false;  // this node is itself a guest
   bool required = false;        // policy
+  bool loads_modules = true;    // false: a kernel without module support (all built in)
 };
 
 CheckResult evaluateNestedVirt(const NestedObservation& obs);

@@ -3,8 +3,11 @@
 #include <fcntl.h>
 #include <linux/if_tun.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 
 #include <utility>
+
+#include "kernel_modules.h"
 
 namespace nodegate {
 namespace {
@@ -12,10 +15,6 @@ namespace {
 constexpr unsigned kMiscMajor = 10;
 constexpr unsigned kTunMinor = 200;  // TUN_MINOR in include/linux/miscdevice.h
 constexpr unsigned kRequired = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
-
-constexpr const char* kHint =
-    "load the tun module (modprobe tun, persist it in "
-    "/etc/modules-load.d/); virt-launcher creates the guest tap with it";
 
 }  // namespace
 
@@ -34,52 +33,35 @@ std::string tunFeatureNames(unsigned f) {
 }
 
 CheckResult evaluateTun(const TunObservation& o) {
-  using S = DeviceNode::State;
   const std::string& dev = o.node.path;
+  const DeviceNodeTexts texts{
+      "tun",
+      "tun",
+      Status::Fail,
+      o.sys_misc_present,
+      "run the check as root (virt-launcher opens " + dev + " with CAP_NET_ADMIN)",
+      moduleHint({"tun"}, o.module_support) + "; virt-launcher creates the guest tap with it"};
   CheckResult r;
-  switch (o.node.state) {
-    case S::Missing:
-      r = makeResult("tun", Status::Fail, "DeviceMissing", dev + " does not exist", kHint);
-      break;
-    case S::StatFailed:
-      r = makeResult("tun", Status::Unknown, "DeviceUnreadable", o.node.error.message,
-                     "give the agent access to the host's /dev (mount it at --path.devfs)");
-      break;
-    case S::NotCharDevice:
-    case S::WrongNumber:
-      r = makeResult("tun", Status::Fail, "WrongDeviceNode",
-                     dev + " is not the character device 10:200",
-                     "remove the stray file and recreate it: mknod " + dev + " c 10 200");
-      break;
-    case S::PermissionDenied:
-      r = makeResult("tun", Status::Unknown, "PermissionDenied",
-                     "cannot open " + dev + " read-write: " + causeOf(o.node.error),
-                     "run the check as root (virt-launcher opens " + dev + " with CAP_NET_ADMIN)");
-      break;
-    case S::NoDriver:
-    case S::OpenFailed:
-      r = makeResult("tun", Status::Fail, o.node.state == S::NoDriver ? "NoDriver" : "OpenFailed",
-                     "cannot open " + dev + ": " + causeOf(o.node.error), kHint);
-      break;
-    case S::Open:
-      if (!o.features) {
-        r = makeResult("tun", Status::Fail, "FeaturesUnavailable",
-                       "TUNGETFEATURES failed on " + dev + ": " + causeOf(o.features_error),
-                       "check that " + dev + " is the tun device (char 10:200)");
-      } else if ((*o.features & kRequired) != kRequired) {
-        r = makeResult("tun", Status::Fail, "MissingTunFeatures",
-                       "tun lacks " + tunFeatureNames(kRequired & ~*o.features),
-                       "upgrade the host kernel; virt-launcher needs TAP with vnet headers");
-      } else if (!(*o.features & IFF_MULTI_QUEUE)) {
-        r = makeResult("tun", Status::Warn, "NoMultiQueue", "tun has no IFF_MULTI_QUEUE",
-                       "VMIs with networkInterfaceMultiqueue will fail on this node");
-      } else {
-        r = makeResult("tun", Status::Pass, "TunUsable",
-                       "tun offers TAP, vnet headers and multi-queue");
-      }
-      break;
+  if (auto unusable = evaluateDeviceNode(o.node, texts)) {
+    r = std::move(*unusable);
+  } else {
+    if (!o.features) {
+      r = makeResult("tun", Status::Fail, "FeaturesUnavailable",
+                     "TUNGETFEATURES failed on " + dev + ": " + causeOf(o.features_error),
+                     "check that " + dev + " is the tun device (char 10:200)");
+    } else if ((*o.features & kRequired) != kRequired) {
+      r = makeResult("tun", Status::Fail, "MissingTunFeatures",
+                     "tun lacks " + tunFeatureNames(kRequired & ~*o.features),
+                     "upgrade the host kernel; virt-launcher needs TAP with vnet headers");
+    } else if (!(*o.features & IFF_MULTI_QUEUE)) {
+      r = makeResult("tun", Status::Warn, "NoMultiQueue", "tun has no IFF_MULTI_QUEUE",
+                     "VMIs with networkInterfaceMultiqueue will fail on this node");
+    } else {
+      r = makeResult("tun", Status::Pass, "TunUsable",
+                     "tun offers TAP, vnet headers and multi-queue");
+    }
   }
-  r.labels["tun"] = r.status == Status::Pass || r.status == Status::Warn ? "true" : "false";
+  setDeviceLabel(r, "tun", r.status == Status::Pass || r.status == Status::Warn);
   r.evidence.push_back(nodeEvidence(o.node));
   if (o.features) r.evidence.push_back({"ioctl TUNGETFEATURES", tunFeatureNames(*o.features)});
   return r;
@@ -87,6 +69,9 @@ CheckResult evaluateTun(const TunObservation& o) {
 
 CheckResult TunProbe::run(const ProbeContext& ctx) {
   TunObservation o;
+  struct stat st {};
+  o.sys_misc_present = ::stat(ctx.host.sys("class/misc/tun").c_str(), &st) == 0;
+  o.module_support = kernelModuleSupport(ctx.host);
   o.node = openDeviceNode(*io_, ctx.host.dev("net/tun"), kMiscMajor, kTunMinor, O_RDWR);
   if (o.node.state == DeviceNode::State::Open) {
     SeamFd fd(*io_, o.node.fd);

@@ -14,6 +14,8 @@
 namespace nodegate {
 
 struct TunObservation {
+  bool sys_misc_present = false;       // <sys>/class/misc/tun
+  std::optional<bool> module_support;  // kernelModuleSupport(): for the hint
   DeviceNode node;
   std::optional<unsigned> features;  // TUNGETFEATURES: IFF_* flags
   Error features_error;

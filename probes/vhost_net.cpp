@@ -6,15 +6,13 @@
 
 #include <cstdio>
 
+#include "kernel_modules.h"
+
 namespace nodegate {
 namespace {
 
 constexpr unsigned kMiscMajor = 10;
 constexpr unsigned kVhostNetMinor = 238;  // VHOST_NET_MINOR in include/linux/miscdevice.h
-
-constexpr const char* kHint =
-    "load the vhost_net module (modprobe vhost_net, persist it in /etc/modules-load.d/); "
-    "without it QEMU uses slow userspace virtio-net";
 
 }  // namespace
 
@@ -31,51 +29,28 @@ std::string vhostFeatureNames(std::uint64_t f) {
 }
 
 CheckResult evaluateVhostNet(const VhostNetObservation& o) {
-  using S = DeviceNode::State;
   const std::string& dev = o.node.path;
+  const DeviceNodeTexts texts{"vhost-net",
+                              "vhost_net",
+                              Status::Warn,
+                              o.sys_misc_present,
+                              "run the check as root (virt-handler opens " + dev + " as root)",
+                              moduleHint({"vhost_net"}, o.module_support) +
+                                  "; without it QEMU uses slow userspace virtio-net"};
   CheckResult r;
-  switch (o.node.state) {
-    case S::Missing:
-      r = makeResult(
-          "vhost-net", Status::Warn, o.sys_misc_present ? "DeviceNodeMissing" : "DeviceMissing",
-          o.sys_misc_present ? "vhost-net is registered but " + dev + " does not exist"
-                             : dev + " does not exist",
-          o.sys_misc_present ? "create the node (mknod " + dev + " c 10 238) or check devtmpfs/udev"
-                             : std::string(kHint));
-      break;
-    case S::StatFailed:
-      r = makeResult("vhost-net", Status::Unknown, "DeviceUnreadable", o.node.error.message,
-                     "give the agent access to the host's /dev (mount it at --path.devfs)");
-      break;
-    case S::NotCharDevice:
-    case S::WrongNumber:
-      r = makeResult("vhost-net", Status::Warn, "WrongDeviceNode",
-                     dev + " is not the character device 10:238",
-                     "remove the stray file and let the vhost_net driver create " + dev);
-      break;
-    case S::PermissionDenied:
-      r = makeResult("vhost-net", Status::Unknown, "PermissionDenied",
-                     "cannot open " + dev + " read-write: " + causeOf(o.node.error),
-                     "run the check as root (virt-handler opens " + dev + " as root)");
-      break;
-    case S::NoDriver:
-    case S::OpenFailed:
-      r = makeResult("vhost-net", Status::Warn,
-                     o.node.state == S::NoDriver ? "NoDriver" : "OpenFailed",
-                     "cannot open " + dev + ": " + causeOf(o.node.error), kHint);
-      break;
-    case S::Open:
-      if (!o.features) {
-        r = makeResult("vhost-net", Status::Warn, "FeaturesUnavailable",
-                       "VHOST_GET_FEATURES failed on " + dev + ": " + causeOf(o.features_error),
-                       "check that " + dev + " is the vhost-net device (char 10:238)");
-      } else {
-        r = makeResult("vhost-net", Status::Pass, "VhostNetUsable",
-                       "vhost-net answers VHOST_GET_FEATURES");
-      }
-      break;
+  if (auto unusable = evaluateDeviceNode(o.node, texts)) {
+    r = std::move(*unusable);
+  } else {
+    if (!o.features) {
+      r = makeResult("vhost-net", Status::Warn, "FeaturesUnavailable",
+                     "VHOST_GET_FEATURES failed on " + dev + ": " + causeOf(o.features_error),
+                     "check that " + dev + " is the vhost-net device (char 10:238)");
+    } else {
+      r = makeResult("vhost-net", Status::Pass, "VhostNetUsable",
+                     "vhost-net answers VHOST_GET_FEATURES");
+    }
   }
-  r.labels["vhost-net"] = r.status == Status::Pass ? "true" : "false";
+  setDeviceLabel(r, "vhost-net", r.status == Status::Pass);
   r.evidence.push_back({"sysfs class/misc/vhost-net", o.sys_misc_present ? "present" : "absent"});
   r.evidence.push_back(nodeEvidence(o.node));
   if (o.features) {
@@ -91,6 +66,7 @@ CheckResult VhostNetProbe::run(const ProbeContext& ctx) {
   VhostNetObservation o;
   struct stat st {};
   o.sys_misc_present = ::stat(ctx.host.sys("class/misc/vhost-net").c_str(), &st) == 0;
+  o.module_support = kernelModuleSupport(ctx.host);
   o.node = openDeviceNode(*io_, ctx.host.dev("vhost-net"), kMiscMajor, kVhostNetMinor, O_RDWR);
   if (o.node.state == DeviceNode::State::Open) {
     SeamFd fd(*io_, o.node.fd);

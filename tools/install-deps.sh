@@ -28,7 +28,8 @@ TEST_PKGS=(
 )
 # Chromium is only needed by the page test; prometheus/promtool without recommends. QEMU runs the
 # real guests of test/guest (their kernel, busybox-static and glibc are fetched by the tests'
-# set-up with apt-get download, not installed); without recommends it brings no GUI.
+# set-up with apt-get download, not installed) and boots kvm-device's test guest under TCG
+# (test/probes/kvm_guest_peer_test.cpp); without recommends it brings no GUI.
 EXTRA_NO_RECOMMENDS=(prometheus chromium qemu-system-x86)
 
 want_tests=1

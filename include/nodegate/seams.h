@@ -18,7 +18,8 @@
 
 namespace nodegate {
 
-// Opening device nodes and issuing ioctls on them (kvm, vhost-net, tun, block devices).
+// Opening device nodes and issuing ioctls on them (kvm, vhost-net, tun, block devices), and
+// running the KVM test guest.
 class DeviceIo {
  public:
   virtual ~DeviceIo() = default;
@@ -34,6 +35,21 @@ class DeviceIo {
   virtual Result<std::size_t> pread(int fd, void* buf, std::size_t len, std::uint64_t offset) {
     (void)fd, (void)buf, (void)len, (void)offset;
     return Error{ENOSYS, "failed to read device: this DeviceIo does not read"};
+  }
+  // The KVM test guest's needs (probes/kvm_guest.h); a fake without them answers ENOSYS too.
+  // map: len bytes read-write and shared, of fd (a vCPU's kvm_run area) or, with fd -1, fresh
+  // zeroed anonymous memory (the guest's RAM). Every mapping is released with unmap.
+  virtual Result<void*> map(int fd, std::size_t len) {
+    (void)fd, (void)len;
+    return Error{ENOSYS, "failed to map memory: this DeviceIo does not map"};
+  }
+  virtual void unmap(void* addr, std::size_t len) { (void)addr, (void)len; }
+  // KVM_RUN on a vCPU fd, cut short at deadline, so a guest that never exits cannot hang the
+  // caller. ETIMEDOUT: the deadline passed, before or during the run; EINTR: another signal
+  // interrupted it and the caller may run it again; any other errno is KVM_RUN's own.
+  virtual Result<int> runVcpu(int vcpu_fd, std::chrono::steady_clock::time_point deadline) {
+    (void)vcpu_fd, (void)deadline;
+    return Error{ENOSYS, "failed to run the vcpu: this DeviceIo does not run guests"};
   }
 };
 

@@ -9,7 +9,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string_view text(reinterpret_cast<const char*>(data), size);
   nodegate::ModulesObservation o;
   o.arch = size % 3 == 0 ? "arm64" : "x86";
-  o.vendor_module = size % 2 ? "kvm_intel" : "kvm_amd";
+  o.cpu_module = size % 2 ? "kvm_intel" : "kvm_amd";
   o.loaded = nodegate::parseProcModules(text);
   if (size % 5) o.builtin = std::set<std::string>{"tun"};
   (void)nodegate::evaluateKernelModules(o);

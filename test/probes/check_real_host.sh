@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# `nodegate check` against / on this machine, a real "no KVM" host (see ENVIRONMENT.md): the
-# CPU shows no vmx/svm and there is no /dev/kvm, so cpu-virt and kvm-device must FAIL and the
-# exit code must be 1. tun and vhost-net are asserted against what the kernel really shows.
+# `nodegate check` against / on this machine, a real host where no ordinary guest runs (see
+# ENVIRONMENT.md): the CPU shows no vmx/svm, and /dev/kvm is backed by kvm_pvm, which creates VMs
+# but cannot take a standard guest to long mode. So cpu-virt and kvm-device must FAIL, telling
+# the same story, and the exit code must be 1. tun and vhost-net are asserted against what the
+# kernel really shows.
 set -euo pipefail
 : "${NODEGATE:?path of the nodegate binary}"
 out=$(mktemp /tmp/nodegate-realhost-XXXXXX.json)
@@ -18,16 +20,31 @@ if grep -qwE 'vmx|svm' /proc/cpuinfo; then
   exit 0
 fi
 [ "$(status cpu-virt)" = FAIL ] || fail "cpu-virt is $(status cpu-virt), want FAIL"
-# kvm-device: ENVIRONMENT.md's machine has no /dev/kvm, so FAIL. This kernel does register the
-# kvm misc device though, and something on the machine may have created the node since: then the
-# real kernel decides (python's ioctl is the independent witness).
-if [ ! -e /dev/kvm ]; then
-  [ "$(status kvm-device)" = FAIL ] || fail "kvm-device is $(status kvm-device) without /dev/kvm, want FAIL"
-elif python3 -c 'import os,fcntl,sys; fd=os.open("/dev/kvm",os.O_RDWR); sys.exit(0 if fcntl.ioctl(fd,0xAE00,0)==12 else 1)' 2>/dev/null; then
-  echo "note: /dev/kvm exists and answers KVM_GET_API_VERSION here" >&2
-  [ "$(status kvm-device)" = PASS ] || fail "kvm-device is $(status kvm-device) but /dev/kvm works"
+# kvm-device follows the KVM backend the kernel really has (/sys/module): no KVM, FAIL; kvm_pvm
+# (this machine), FAIL at the test guest's way to long mode, naming the backend; a hardware
+# backend with a working /dev/kvm, PASS. python's ioctl is the independent witness that /dev/kvm
+# answers at all.
+field() { jq -r --arg c "$1" --arg f "$2" '.checks[] | select(.check == $c) | .[$f]' "$out"; }
+if [ ! -e /sys/class/misc/kvm ]; then
+  [ "$(status kvm-device)" = FAIL ] || fail "kvm-device is $(status kvm-device) without a kvm driver, want FAIL"
+elif [ -d /sys/module/kvm_pvm ] && [ ! -d /sys/module/kvm_intel ] && [ ! -d /sys/module/kvm_amd ]; then
+  python3 -c 'import os,fcntl,sys; fd=os.open("/dev/kvm",os.O_RDWR); sys.exit(0 if fcntl.ioctl(fd,0xAE00,0)==12 else 1)' ||
+    fail "/dev/kvm does not answer KVM_GET_API_VERSION here"
+  [ "$(status kvm-device)" = FAIL ] || fail "kvm-device is $(status kvm-device) on kvm_pvm, want FAIL"
+  [ "$(field kvm-device reason)" = GuestCannotEnterLongMode ] || fail "kvm-device reason $(field kvm-device reason)"
+  field kvm-device message | grep -q "cannot enter long mode" || fail "kvm-device message does not say long mode"
+  field kvm-device message | grep -q kvm_pvm || fail "kvm-device message does not name kvm_pvm"
+  field cpu-virt message | grep -q "KVM here is kvm_pvm" || fail "cpu-virt does not name kvm_pvm"
+  [ "$(jq -r '.checks[] | select(.check=="kvm-device") | .labels.kvm' "$out")" = false ] ||
+    fail "kvm label should be false"
+  # No KVM module is guessed from the CPU vendor: kvm_amd is not loaded here.
+  if jq -r '.checks[] | select(.check=="kernel-modules" or .check=="nested-virt") | .message, (.evidence[] | .source + " " + .observed)' "$out" | grep -q kvm_amd; then
+    fail "kernel-modules or nested-virt names kvm_amd, which is not loaded"
+  fi
+elif [ -d /sys/module/kvm_intel ] || [ -d /sys/module/kvm_amd ]; then
+  [ "$(status kvm-device)" = PASS ] || fail "kvm-device is $(status kvm-device) on a hardware KVM backend"
 else
-  [ "$(status kvm-device)" != PASS ] || fail "kvm-device PASS but /dev/kvm does not work"
+  [ "$(status kvm-device)" != PASS ] || fail "kvm-device PASS without a known KVM backend"
 fi
 
 # tun: the real node and driver decide.

@@ -8,6 +8,7 @@
 #include "hugepages.h"
 #include "iommu.h"
 #include "kernel_modules.h"
+#include "kvm_backend.h"
 #include "kvm_device.h"
 #include "nested_virt.h"
 #include "tun.h"
@@ -63,7 +64,9 @@ TEST(ParseModulesDevname, CommentsAndMalformed) {
 ModulesObservation intelHost() {
   ModulesObservation o;
   o.arch = "x86";
-  o.vendor_module = "kvm_intel";
+  o.cpu_module = "kvm_intel";
+  o.backend =
+      pickKvmBackend(std::set<std::string>{"kvm", "kvm_intel"}, {}, "/proc/modules", "/sys/module");
   o.loaded = std::set<std::string>{"kvm", "kvm_intel", "tun", "vhost_net"};
   o.builtin = std::set<std::string>{};
   o.release = "6.1.0-27-amd64";
@@ -79,7 +82,7 @@ TEST(EvaluateKernelModules, LoadedBuiltinMissingAndUndecided) {
   o.loaded->erase("vhost_net");
   auto r = evaluateKernelModules(o);
   EXPECT_EQ(r.status, Status::Warn);
-  EXPECT_NE(r.hint.find("modprobe -a vhost_net"), std::string::npos) << r.hint;
+  EXPECT_NE(r.hint.find("modprobe vhost_net"), std::string::npos) << r.hint;
   o.loaded->erase("kvm_intel");
   r = evaluateKernelModules(o);
   EXPECT_EQ(r.status, Status::Fail);
@@ -88,12 +91,47 @@ TEST(EvaluateKernelModules, LoadedBuiltinMissingAndUndecided) {
   // Not loaded and modules.builtin unreadable: cannot tell, so UNKNOWN, never PASS or FAIL.
   o.builtin.reset();
   EXPECT_EQ(evaluateKernelModules(o).status, Status::Unknown);
-  // A module whose driver registered its misc device is in the kernel, however it got there.
-  o.misc_registered = {"kvm_intel", "tun"};
+  // A module with a /sys/module directory, or whose driver registered its misc device, is in
+  // the kernel, however it got there.
+  o.in_sysfs = {"kvm_intel"};
+  o.misc_registered = {"tun"};
   o.devname = {{"vhost_net", "vhost-net"}};
   EXPECT_EQ(evaluateKernelModules(o).status, Status::Pass);
   o.loaded.reset();
   EXPECT_EQ(evaluateKernelModules(o).status, Status::Unknown);
+}
+
+TEST(EvaluateKernelModules, HintsFitTheKernel) {
+  // This build machine: no /proc/modules (CONFIG_MODULES=n), kvm and kvm_pvm built in.
+  ModulesObservation o;
+  o.arch = "x86";
+  o.backend = pickKvmBackend(std::nullopt, {"kvm", "kvm_pvm"}, "/proc/modules", "/sys/module");
+  o.loaded.emplace();
+  o.no_module_support = true;
+  o.in_sysfs = {"kvm", "kvm_pvm"};
+  o.misc_registered = {"kvm", "tun"};
+  auto r = evaluateKernelModules(o);
+  EXPECT_EQ(r.status, Status::Warn) << r.message;
+  EXPECT_EQ(r.message, "recommended modules missing: vhost_net");
+  EXPECT_EQ(r.hint.find("modprobe"), std::string::npos) << r.hint;
+  EXPECT_NE(r.hint.find("CONFIG_VHOST_NET=y"), std::string::npos) << r.hint;
+  bool named = false;
+  for (const auto& e : r.evidence)
+    if (e.source == "module kvm_pvm")
+      named = e.observed.find("the KVM backend") != std::string::npos;
+  EXPECT_TRUE(named) << "the backend really there is named";
+  for (const auto& e : r.evidence) EXPECT_NE(e.source, "module kvm_amd");
+
+  // A guest without vmx/svm and no backend: nothing to modprobe for KVM.
+  ModulesObservation g;
+  g.arch = "x86";
+  g.loaded = std::set<std::string>{"tun"};
+  g.builtin = std::set<std::string>{};
+  r = evaluateKernelModules(g);
+  EXPECT_EQ(r.status, Status::Fail);
+  EXPECT_NE(r.message.find("no KVM backend can load"), std::string::npos) << r.message;
+  EXPECT_EQ(r.hint.find("modprobe -a kvm"), std::string::npos) << r.hint;
+  EXPECT_NE(r.hint.find("modprobe vhost_net"), std::string::npos) << r.hint;
 }
 
 TEST(EvaluateKernelModules, Arm64NeedsNoKvmModule) {
@@ -132,6 +170,27 @@ TEST(EvaluateNestedVirt, WarnsOnlyWhenPolicyRequires) {
   o.raw = "Y";
   EXPECT_EQ(evaluateNestedVirt(o).labels.at("nested-virt"), "true");
   EXPECT_EQ(evaluateNestedVirt(o).status, Status::Pass);
+}
+
+TEST(EvaluateNestedVirt, NamesTheBackendThatIsThere) {
+  NestedObservation o;
+  o.backend = "kvm_pvm";  // no nested parameter to read: not "kvm_amd is not loaded"
+  auto r = evaluateNestedVirt(o);
+  EXPECT_EQ(r.status, Status::Pass);
+  EXPECT_NE(r.message.find("the KVM backend is kvm_pvm"), std::string::npos) << r.message;
+  EXPECT_EQ(r.message.find("kvm_amd"), std::string::npos) << r.message;
+  o.required = true;
+  EXPECT_EQ(evaluateNestedVirt(o).status, Status::Warn);
+  // Built in (no module support): the parameter goes on the kernel command line.
+  o = NestedObservation{};
+  o.module = o.backend = "kvm_intel";
+  o.raw = "N";
+  o.nested = false;
+  o.required = true;
+  o.loads_modules = false;
+  r = evaluateNestedVirt(o);
+  EXPECT_NE(r.hint.find("kvm_intel.nested=1"), std::string::npos) << r.hint;
+  EXPECT_EQ(r.hint.find("modprobe"), std::string::npos) << r.hint;
 }
 
 TEST(IommuCmdline, PicksIommuSwitches) {
@@ -238,67 +297,7 @@ struct DeviceFixture : ::testing::Test {
   HostRoot host{"/nonexistent-nodegate-root"};
   Config cfg;
   std::shared_ptr<FakeDeviceIo> io = std::make_shared<FakeDeviceIo>();
-  CheckResult runKvm() { return KvmDeviceProbe(io).run(ProbeContext{host, cfg}); }
-  FakeNode kvmNode() {
-    FakeNode n;
-    n.major = 10;
-    n.minor = 232;
-    n.ioctls[KVM_GET_API_VERSION] = {0, 12, 0, false};
-    n.ioctls[KVM_CREATE_VM] = {0, 0, 0, true};
-    n.value_request = KVM_CHECK_EXTENSION;
-    n.value_default = 1;
-    return n;
-  }
 };
-
-TEST_F(DeviceFixture, KvmUsableClosesVmAndDevice) {
-  io->add(host.dev("kvm"), kvmNode());
-  auto r = runKvm();
-  EXPECT_EQ(r.status, Status::Pass) << r.message;
-  EXPECT_EQ(r.labels.at("kvm"), "true");
-  EXPECT_EQ(io->openCount(), 0u);
-  EXPECT_EQ(io->badCloses(), 0);
-}
-
-TEST_F(DeviceFixture, KvmFailures) {
-  EXPECT_EQ(runKvm().reason, "DeviceMissing");  // nothing at all
-  auto n = kvmNode();
-  n.open_errno = EACCES;
-  io->add(host.dev("kvm"), n);
-  auto r = runKvm();
-  EXPECT_EQ(r.status, Status::Unknown);  // permission denied is not FAIL
-  EXPECT_NE(r.hint.find("kvm group"), std::string::npos);
-  for (int err : {ENXIO, ENODEV}) {
-    n.open_errno = err;
-    io->add(host.dev("kvm"), n);
-    EXPECT_EQ(runKvm().reason, "NoDriver");
-  }
-  n.open_errno = 0;
-  n.minor = 3;
-  io->add(host.dev("kvm"), n);
-  EXPECT_EQ(runKvm().reason, "WrongDeviceNode");
-  n = kvmNode();
-  n.ioctls[KVM_GET_API_VERSION].rc = 11;
-  io->add(host.dev("kvm"), n);
-  EXPECT_EQ(runKvm().reason, "ApiVersionMismatch");
-  n = kvmNode();
-  n.ioctls.erase(KVM_GET_API_VERSION);  // ENOTTY: not a KVM device
-  io->add(host.dev("kvm"), n);
-  EXPECT_EQ(runKvm().reason, "NotKvm");
-  n = kvmNode();
-  n.value_answers[KVM_CAP_IRQFD] = 0;
-  io->add(host.dev("kvm"), n);
-  r = runKvm();
-  EXPECT_EQ(r.reason, "MissingCapabilities");
-  EXPECT_NE(r.message.find("KVM_CAP_IRQFD"), std::string::npos);
-  n = kvmNode();
-  n.ioctls[KVM_CREATE_VM] = {EBUSY, 0, 0, false};
-  io->add(host.dev("kvm"), n);
-  r = runKvm();
-  EXPECT_EQ(r.reason, "CreateVmFailed");
-  EXPECT_NE(r.hint.find("another hypervisor"), std::string::npos);
-  EXPECT_EQ(io->openCount(), 0u);
-}
 
 TEST_F(DeviceFixture, VhostNetAbsentIsWarnAndFeaturesAreNamed) {
   auto r = VhostNetProbe(io).run(ProbeContext{host, cfg});

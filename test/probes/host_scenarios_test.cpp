@@ -101,13 +101,13 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HostScenarios, ::testing::ValuesIn(scenarios(
                            return n;
                          });
 
-// The eight scenarios the issue names must all exist: a deleted fixture is a failure, not a
+// The scenarios the issues name must all exist: a deleted fixture is a failure, not a
 // silently smaller suite.
 TEST(HostScenarios, AllNamedScenariosPresent) {
   auto have = scenarios();
-  for (const char* s :
-       {"intel-baremetal-vmx", "amd-baremetal-svm", "cloud-guest-no-vmx", "vm-guest-nested",
-        "arm64-thunderx", "intel-kvm-no-vhost-net", "intel-kvm-not-openable", "cgroup-v1-host"})
+  for (const char* s : {"intel-baremetal-vmx", "amd-baremetal-svm", "cloud-guest-no-vmx",
+                        "vm-guest-nested", "arm64-thunderx", "intel-kvm-no-vhost-net",
+                        "intel-kvm-not-openable", "cgroup-v1-host", "kvm-pvm-no-hwvirt"})
     EXPECT_NE(std::find(have.begin(), have.end(), s), have.end()) << s;
 }
 
