@@ -80,6 +80,11 @@ inline std::optional<std::chrono::system_clock::time_point> parseApiTime(std::st
     rest.remove_prefix(i);
   }
   if (rest != "Z") return std::nullopt;
+  // system_clock counts nanoseconds in 64 bits (years 1678-2262): refuse what it cannot hold.
+  if (tm.tm_year < 1970 || tm.tm_year > 2200 || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 ||
+      tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60 || tm.tm_hour < 0 ||
+      tm.tm_min < 0 || tm.tm_sec < 0)
+    return std::nullopt;
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
   std::time_t secs = timegm(&tm);

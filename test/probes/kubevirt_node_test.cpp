@@ -217,6 +217,11 @@ TEST(KubeVirtNode, HeartbeatMissingOrUnreadable) {
   EXPECT_EQ(r.reason, "HeartbeatMissing");
   v.heartbeat = "yesterday";
   EXPECT_EQ(evaluateKubeVirtNode(inputs(v)).reason, "HeartbeatUnreadable");
+  // Found by the fuzzer: a year system_clock cannot hold is unreadable, not an overflow.
+  v.heartbeat = "9999999-01-01T00:00:00Z";
+  EXPECT_EQ(evaluateKubeVirtNode(inputs(v)).reason, "HeartbeatUnreadable");
+  v.heartbeat = "2026-13-01T00:00:00Z";
+  EXPECT_EQ(evaluateKubeVirtNode(inputs(v)).reason, "HeartbeatUnreadable");
 }
 
 TEST(KubeVirtNode, VirtHandlerMissingOrNotReady) {
