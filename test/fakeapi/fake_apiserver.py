@@ -637,6 +637,8 @@ STORED_KINDS = {
     ("v1", "configmaps"): ("ConfigMap", True),
     ("discovery.k8s.io/v1", "endpointslices"): ("EndpointSlice", True),
     ("v1", "pods"): ("Pod", True),
+    # node-readiness-controller's CRD (kubernetes-sigs/node-readiness-controller api/v1alpha1)
+    ("readiness.node.x-k8s.io/v1alpha1", "nodereadinessrules"): ("NodeReadinessRule", False),
 }
 STATUSLESS_KINDS = {"configmaps", "endpointslices"}  # these have no status at all
 STORED_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
@@ -746,7 +748,10 @@ DISCOVERY = {
         {"name": "events.k8s.io", "versions": [{"groupVersion": "events.k8s.io/v1", "version": "v1"}],
          "preferredVersion": {"groupVersion": "events.k8s.io/v1", "version": "v1"}},
         {"name": "discovery.k8s.io", "versions": [{"groupVersion": "discovery.k8s.io/v1", "version": "v1"}],
-         "preferredVersion": {"groupVersion": "discovery.k8s.io/v1", "version": "v1"}}]},
+         "preferredVersion": {"groupVersion": "discovery.k8s.io/v1", "version": "v1"}},
+        {"name": "readiness.node.x-k8s.io",
+         "versions": [{"groupVersion": "readiness.node.x-k8s.io/v1alpha1", "version": "v1alpha1"}],
+         "preferredVersion": {"groupVersion": "readiness.node.x-k8s.io/v1alpha1", "version": "v1alpha1"}}]},
     "/api/v1": {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
         resource("nodes", "Node", ["create", "delete", "get", "list", "patch", "update", "watch"], False, ["no"], "node"),
         resource("nodes/status", "Node", ["get", "patch", "update"], False),
@@ -781,6 +786,16 @@ DISCOVERY = {
     "/apis/discovery.k8s.io/v1": {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "discovery.k8s.io/v1",
                                   "resources": [resource("endpointslices", "EndpointSlice", STORED_VERBS, True,
                                                          None, "endpointslice")]},
+    "/apis/readiness.node.x-k8s.io": {"kind": "APIGroup", "apiVersion": "v1", "name": "readiness.node.x-k8s.io",
+                                      "versions": [{"groupVersion": "readiness.node.x-k8s.io/v1alpha1",
+                                                    "version": "v1alpha1"}],
+                                      "preferredVersion": {"groupVersion": "readiness.node.x-k8s.io/v1alpha1",
+                                                           "version": "v1alpha1"}},
+    "/apis/readiness.node.x-k8s.io/v1alpha1": {
+        "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "readiness.node.x-k8s.io/v1alpha1",
+        "resources": [resource("nodereadinessrules", "NodeReadinessRule", STORED_VERBS, False, ["nrr"],
+                               "nodereadinessrule"),
+                      resource("nodereadinessrules/status", "NodeReadinessRule", ["get", "patch", "update"], False)]},
     "/version": {"major": "1", "minor": "32", "gitVersion": "v1.32.0-nodegate-fake", "gitCommit": "fake",
                  "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23",
                  "compiler": "gc", "platform": "linux/amd64"},

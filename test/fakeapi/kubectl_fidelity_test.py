@@ -250,6 +250,24 @@ class KubectlFidelity(unittest.TestCase):
         self.assertIn('"code": 410', out)
         self.kubectl("delete", "pod", "vl-a1", "-n", "default")
 
+    def test_node_readiness_rule_crd(self):
+        # node-readiness-controller's cluster-scoped CRD, applied and read back as its users do.
+        rule = {"apiVersion": "readiness.node.x-k8s.io/v1alpha1", "kind": "NodeReadinessRule",
+                "metadata": {"name": "fidelity-rule"},
+                "spec": {"conditions": [{"type": "VirtualizationReady", "requiredStatus": "True"}],
+                         "taint": {"key": "readiness.k8s.io/vm", "effect": "NoSchedule"},
+                         "enforcementMode": "continuous",
+                         "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/vm": ""}}}}
+        path = os.path.join(self.api.dir, "rule.json")
+        with open(path, "w") as f:
+            json.dump(rule, f)
+        self.kubectl("apply", "-f", path)
+        self.assertIn("fidelity-rule", self.kubectl("get", "nrr", "-o", "name").stdout)
+        got = json.loads(self.kubectl("get", "nodereadinessrule", "fidelity-rule", "-o", "json").stdout)
+        self.assertEqual(got["spec"]["taint"], rule["spec"]["taint"])
+        self.kubectl("apply", "-f", path)  # unchanged: a no-op apply
+        self.kubectl("delete", "nrr", "fidelity-rule")
+
     def test_auth_token_expiry_and_client_cert(self):
         api = self.api
         # kubectl needs a few seconds to start on a loaded CI machine: give the token 10.
