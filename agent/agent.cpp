@@ -127,10 +127,7 @@ int runAgent(const Options& opts) {
   ep.registry = registry;
   ep.process = &process;
   ep.sections = &sections;
-  ep.page_info = PageInfo{opts.node_name,
-                          kVersion,
-                          10,
-                          {initial_config.required.begin(), initial_config.required.end()}};
+  ep.page_info = PageInfo{opts.node_name, kVersion, 10, opts.runbook_base_url};
   auto core_routes = std::make_shared<HttpRouter>();
   auto debug_routes = std::make_shared<HttpRouter>();
   registerCoreRoutes(*core_routes, ep);
@@ -156,11 +153,10 @@ int runAgent(const Options& opts) {
     servers.push_back(std::move(s).value());
     return true;
   };
-  // The debug listener serves an engineer, the CLI and the page on loopback, one short request
-  // at a time (the page has no assets, `dns trace --follow` polls): two workers do, and every
-  // idle worker is a stack the agent keeps resident.
+  // The debug listener serves an engineer, the CLI and the page through loopback: a request
+  // that names another host came through a name that resolves here (DNS rebinding) and is refused.
   HttpServer::Limits debug_limits;
-  debug_limits.worker_threads = 2;
+  debug_limits.loopback_host_only = true;
   if (!listen(opts.listen, core_routes, "metrics", HttpServer::Limits{}) ||
       (!opts.debug_listen.empty() &&
        !listen(opts.debug_listen, debug_routes, "debug", debug_limits)))

@@ -231,6 +231,9 @@ CheckResult evaluateTimeSync(const TimeSyncInputs& in, const TimeSyncPolicy& pol
       r = makeResult(kName, Status::Warn, "NotSynchronizedYet",
                      msg + ", within the grace of " + duration(policy.grace_s), fix_ntp);
     }
+    // FAIL began when the grace ran out, WARN when the clock lost sync.
+    r.held_for = std::chrono::duration<double>(
+        r.status == Status::Fail ? in.unsynced_for_s - policy.grace_s : in.unsynced_for_s);
   } else if (have_kernel && in.kernel->max_error_s >= policy.max_error_s) {
     r = makeResult(kName, Status::Warn, "MaxErrorHigh",
                    "clock synchronised but its maximum error is " +

@@ -12,6 +12,7 @@
 #include "nodegate/registry.h"
 #include "nodegate/runner.h"
 #include "nodegate/version.h"
+#include "publish/page.h"
 
 namespace nodegate {
 namespace {
@@ -43,8 +44,10 @@ const char* colorOf(Status s) {
   return "";
 }
 
-void printTable(const std::vector<CheckResult>& results, bool gate, bool color) {
-  std::size_t wcheck = 5, wstatus = 7, wreason = 6;
+void printTable(const std::vector<CheckResult>& results, const Config& cfg,
+                const std::vector<std::string>& blockers, const std::string& runbook_base,
+                bool color) {
+  std::size_t wcheck = 5, wstatus = 7, wreason = 6, wgate = 4;
   for (const auto& r : results) {
     wcheck = std::max(wcheck, r.check.size());
     wreason = std::max(wreason, r.reason.size());
@@ -53,18 +56,38 @@ void printTable(const std::vector<CheckResult>& results, bool gate, bool color) 
     s.resize(std::max(s.size(), w), ' ');
     return s;
   };
-  std::cout << pad("CHECK", wcheck) << "  " << pad("STATUS", wstatus) << "  "
-            << pad("REASON", wreason) << "  MESSAGE\n";
+  const std::string indent =
+      pad("", wcheck) + "  " + pad("", wgate) + "  " + pad("", wstatus) + "  ";
+  std::cout << pad("CHECK", wcheck) << "  " << pad("GATE", wgate) << "  " << pad("STATUS", wstatus)
+            << "  " << pad("REASON", wreason) << "  MESSAGE\n";
   for (const auto& r : results) {
     std::string status(toString(r.status));
     std::string shown = pad(status, wstatus);
     if (color) shown = colorOf(r.status) + shown + "\033[0m";
-    std::cout << pad(r.check, wcheck) << "  " << shown << "  " << pad(r.reason, wreason) << "  "
-              << r.message << "\n";
+    std::cout << pad(r.check, wcheck) << "  "
+              << pad(cfg.required.count(r.check) ? "req" : "", wgate) << "  " << shown << "  "
+              << pad(r.reason, wreason) << "  " << r.message << "\n";
     if (r.status != Status::Pass && !r.hint.empty())
-      std::cout << pad("", wcheck) << "  " << pad("", wstatus) << "  hint: " << r.hint << "\n";
+      std::cout << indent << "hint: " << r.hint << "\n";
+    if (r.status != Status::Pass && !runbook_base.empty())
+      std::cout << indent << "runbook: " << runbookUrl(runbook_base, r.check) << "\n";
   }
-  std::cout << "\nvm gate: " << (gate ? "OPEN" : "CLOSED") << "\n";
+  std::cout << "\nGATE req: required by the gate policy";
+  if (!cfg.required.empty()) {
+    std::string list;
+    for (const auto& c : cfg.required) list += (list.empty() ? "" : ", ") + c;
+    std::cout << " (" << list << ")";
+  }
+  std::cout << "\nvm gate: " << (blockers.empty() ? "OPEN" : "CLOSED") << "\n";
+  for (const auto& b : blockers) {
+    auto it = std::find_if(results.begin(), results.end(),
+                           [&](const CheckResult& r) { return r.check == b; });
+    if (it == results.end())
+      std::cout << "  blocked by " << b << ": required, but no such check ran\n";
+    else
+      std::cout << "  blocked by " << b << ": " << toString(it->status) << " " << it->reason
+                << (it->message.empty() ? "" : " - " + it->message) << "\n";
+  }
 }
 
 }  // namespace
@@ -95,19 +118,29 @@ int runCheck(const Options& opts) {
     workers.emplace_back(work);
   work();
   for (auto& t : workers) t.join();
-  bool gate = gateOpen(results, *cfg);
+  const auto blockers = gateBlockers(results, *cfg);
 
   if (opts.output == "json") {
     nlohmann::json doc;
     doc["version"] = kVersion;
     doc["host_root"] = host.rootDir();
-    doc["gate"] = {{"open", gate}, {"blockers", gateBlockers(results, *cfg)}};
+    doc["gate"] = {
+        {"open", blockers.empty()},
+        {"blockers", blockers},
+        {"required", std::vector<std::string>(cfg->required.begin(), cfg->required.end())}};
     doc["checks"] = nlohmann::json::array();
-    for (const auto& r : results) doc["checks"].push_back(toJson(r));
+    for (const auto& r : results) {
+      nlohmann::json j = toJson(r);
+      j["required"] = cfg->required.count(r.check) > 0;
+      j["blocks_gate"] = std::find(blockers.begin(), blockers.end(), r.check) != blockers.end();
+      std::string rb = runbookUrl(opts.runbook_base_url, r.check);
+      j["runbook_url"] = rb.empty() ? nlohmann::json() : nlohmann::json(rb);
+      doc["checks"].push_back(std::move(j));
+    }
     std::cout << doc.dump(2) << "\n";
   } else {
     bool color = opts.color == "always" || (opts.color == "auto" && ::isatty(1));
-    printTable(results, gate, color);
+    printTable(results, *cfg, blockers, opts.runbook_base_url, color);
   }
   return exitCode(results);
 }

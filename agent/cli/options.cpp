@@ -57,6 +57,11 @@ agent:
   --dns-trace auto|on|off
   --dns-netns PATH         extra network namespace to trace (repeatable)
   --log-level debug|info|warn|error
+  --runbook-base-url URL   each check links <URL><check>.md (page, API, check table)
+
+environment (a flag beats its variable; the chart sets them, so `kubectl exec ... nodegate check`
+in the agent's container runs with the agent's settings):
+  NODEGATE_HOST_ROOT, NODEGATE_CONFIG, NODEGATE_LVM_COMMAND, NODEGATE_RUNBOOK_BASE_URL
 
 dns trace:
   --vmi NS/NAME   only this VMI
@@ -83,6 +88,11 @@ std::pair<std::string, std::string> Options::gateLabel() const {
 
 Result<Options> parseOptions(int argc, char** argv) {
   Options o;
+  for (auto [var, dst] :
+       {std::pair{"NODEGATE_HOST_ROOT", &o.host_root}, std::pair{"NODEGATE_CONFIG", &o.config_path},
+        std::pair{"NODEGATE_LVM_COMMAND", &o.lvm_command},
+        std::pair{"NODEGATE_RUNBOOK_BASE_URL", &o.runbook_base_url}})
+    if (const char* v = std::getenv(var); v && *v) *dst = v;
   using Setter = std::function<Result<void>(const std::string&)>;
   auto str = [](std::string* dst) -> Setter {
     return [dst](const std::string& v) -> Result<void> {
@@ -138,6 +148,7 @@ Result<Options> parseOptions(int argc, char** argv) {
          return {};
        }},
       {"--log-level", oneOf(&o.log_level, {"debug", "info", "warn", "error"}, "--log-level")},
+      {"--runbook-base-url", str(&o.runbook_base_url)},
       {"--vmi", str(&o.vmi)},
       {"--api", str(&o.api)},
   };

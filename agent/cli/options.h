@@ -41,6 +41,9 @@ struct Options {
   std::string dns_trace = "auto";  // auto | on | off
   std::vector<std::string> dns_netns;
   std::string log_level = "info";
+  // Where each check's runbook lives: <base><check>.md (page, API and the check table link it).
+  std::string runbook_base_url =
+      "https://github.com/nodegate/nodegate/blob/main/docs/runbooks/checks/";
 
   // dns trace
   std::string vmi;  // NS/NAME filter
@@ -52,7 +55,12 @@ struct Options {
   std::pair<std::string, std::string> gateLabel() const;
 };
 
-// Parses argv. Errors are usage errors (exit 2) with a one-line message.
+// Parses argv. Errors are usage errors (exit 2) with a one-line message. Before the flags, a few
+// settings come from the environment so that a check run by hand in the agent's container
+// (`kubectl exec … nodegate check`) uses exactly what the agent uses; the chart sets them:
+//   NODEGATE_HOST_ROOT (--host-root), NODEGATE_CONFIG (--config),
+//   NODEGATE_LVM_COMMAND (--lvm-command), NODEGATE_RUNBOOK_BASE_URL (--runbook-base-url).
+// A flag beats its variable.
 Result<Options> parseOptions(int argc, char** argv);
 
 // Loads --config (or the defaults) and folds flags that configure probes into it.

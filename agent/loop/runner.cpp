@@ -154,6 +154,8 @@ Runner::Runner(ProbeList probes, HostRoot host, Config config, RunnerOptions opt
              .Name("nodegate_agent_probe_timeouts_total")
              .Help("Probe runs that missed their deadline and were published as UNKNOWN.")
              .Register(reg);
+    // Every series exists at 0 from the start, so increase() and rate() see the first timeout.
+    for (const auto& w : workers_) timeouts_total_->Add({{"check", std::string(w->probe->name())}});
     cycles_total_ = &prometheus::BuildCounter()
                          .Name("nodegate_agent_cycles_total")
                          .Help("Probe cycles the agent loop completed.")
@@ -359,15 +361,26 @@ void Runner::runCycle(std::uint32_t bits) {
   bool any = false;
   auto apply = [&](const CheckResult& r) {
     Status before = Status::Unknown;
-    if (auto* cur = snapshot_->find(r.check)) before = cur->result.status;
+    std::string before_reason;
+    if (auto* cur = snapshot_->find(r.check)) {
+      before = cur->result.status;
+      before_reason = cur->result.reason;
+    }
     bool changed = state_.apply(r, now, dampingFor(*cfg, r.check));
     any = true;
-    if (changed) {
-      log::info("check result changed", {{"check", r.check},
-                                         {"status", std::string(toString(r.status))},
-                                         {"previous", std::string(toString(before))},
-                                         {"reason", r.reason}});
-    }
+    // "changed" at info only for a new verdict (status or reason): a message that carries a
+    // measurement ("unsynchronised for 17 min") differs at every run and is debug detail.
+    const auto* now_published = state_.find(r.check);
+    if (changed && now_published &&
+        (now_published->result.status != before || now_published->result.reason != before_reason))
+      log::info("check result changed",
+                {{"check", r.check},
+                 {"status", std::string(toString(now_published->result.status))},
+                 {"previous", std::string(toString(before))},
+                 {"reason", r.reason},
+                 {"previous_reason", before_reason}});
+    else if (changed)
+      log::debug("check details changed", {{"check", r.check}, {"message", r.message}});
   };
   for (const auto& r : immediate) apply(r);
   for (auto& j : jobs) apply(*j.result);

@@ -21,6 +21,23 @@ bool samePublished(const CheckResult& a, const CheckResult& b) {
 
 }  // namespace
 
+std::string_view toString(SinceSource s) {
+  switch (s) {
+    case SinceSource::Transition:
+      return "transition";
+    case SinceSource::Probe:
+      return "probe";
+    case SinceSource::AgentStart:
+      return "agent-start";
+  }
+  return "agent-start";
+}
+
+const CheckState* StateStore::find(const std::string& check) const {
+  auto it = entries_.find(check);
+  return it == entries_.end() ? nullptr : &it->second.state;
+}
+
 int dampingFor(const Config& config, const std::string& check) {
   auto it = config.damping.find(check);
   return it == config.damping.end() ? 1 : std::max(1, it->second);
@@ -67,9 +84,28 @@ bool StateStore::apply(const CheckResult& result, Clock::time_point now, int dam
 
   bool changed = false;
   if (publish_new) {
-    bool status_changed = !e.ran || result.status != st.result.status;
+    const bool status_changed = !e.ran || result.status != st.result.status;
+    const bool verdict_changed = status_changed || result.reason != st.result.reason;
     changed = !e.ran || !samePublished(st.result, result);
-    if (status_changed) st.since = now;
+    if (status_changed) {
+      // The first result has no earlier run to date it: the probe may know (held_for), else
+      // the status is at least as old as the agent's first run. A later change began between
+      // the previous run and this one.
+      const auto held = std::chrono::duration_cast<Clock::duration>(result.held_for);
+      if (result.held_for.count() > 0) {
+        st.since = now - held;
+        st.since_source = SinceSource::Probe;
+      } else {
+        st.since = now;
+        st.since_source = e.ran ? SinceSource::Transition : SinceSource::AgentStart;
+      }
+    }
+    if (verdict_changed) {
+      std::optional<Status> from;
+      if (e.ran) from = st.result.status;
+      st.history.push_back(Transition{now, from, result.status, result.reason});
+      if (st.history.size() > CheckState::kHistory) st.history.erase(st.history.begin());
+    }
     st.result = result;
     e.streak = 0;
   } else {
@@ -94,6 +130,7 @@ Snapshot StateStore::snapshot(const Config& config, Clock::time_point now) const
   }
   s.gate_blockers = gateBlockers(published, config);
   s.gate_open = s.gate_blockers.empty();
+  s.gate_required.assign(config.required.begin(), config.required.end());
   s.generation = generation_;
   s.taken = now;
   return s;

@@ -34,6 +34,8 @@ class StateStore {
   Snapshot snapshot(const Config& config, Clock::time_point now) const;
 
   std::uint64_t generation() const { return generation_; }
+  // The state of one check (nullptr for a name never seen).
+  const CheckState* find(const std::string& check) const;
 
  private:
   struct Entry {

@@ -1,15 +1,16 @@
-// The agent's HTTP side: a route table (HttpRouter) and a bounded civetweb listener (HttpServer)
-// that serves one router. The agent runs two listeners: --listen with /metrics /healthz /readyz,
+// The agent's HTTP side: a route table (HttpRouter) and a bounded listener (HttpServer) that
+// serves one router. The agent runs two listeners: --listen with /metrics /healthz /readyz,
 // and --debug-listen with those plus /api/v1/*, the page and whatever components register.
 //
 // Extension point for other components (DNS tracer, ...): get the debug router from
 // AgentServices (agent/extension.h) and call
 //   router.handle("/api/v1/dns/traces", [](const HttpRequest& r) { return HttpResponse::json(...);
 //   }); router.handlePrefix("/api/v1/dns/traces/", handler);  // subtree: /api/v1/dns/traces/<id>
-// Handlers run on civetweb worker threads, concurrently: they must be thread-safe and quick (read
-// cached state; never run a probe). The router answers 404 for unknown paths and 405 (with an
-// Allow header) for a known path with a method it was not registered for. HEAD is served by
-// every GET route with the body dropped. Routes may be added while the server runs.
+// Handlers run on the listeners' event-loop threads (one per listener, so two may run at once):
+// they must be thread-safe and quick (read cached state; never run a probe): a slow handler
+// delays every client of its listener, /healthz included. The router answers 404 for unknown paths
+// and 405 (with an Allow header) for a known path with a method it was not registered for. HEAD is
+// served by every GET route with the body dropped. Routes may be added while the server runs.
 #pragma once
 
 #include <cstddef>
@@ -19,6 +20,7 @@
 #include <set>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -28,10 +30,11 @@ namespace nodegate {
 
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...
-  std::string path;    // decoded-free raw path without the query: "/api/v1/checks/tun"
+  std::string path;    // the raw path without the query, not decoded: "/api/v1/checks/tun"
   std::string query;   // raw query string without '?', may be empty
   std::string body;    // at most HttpServer::Limits::max_body_bytes
   std::string remote;  // peer address, for logs
+  std::string host;    // the Host header ("" when absent)
 };
 
 struct HttpResponse {
@@ -69,26 +72,33 @@ class HttpRouter {
   std::map<std::string, Route> prefix_;
 };
 
-// A civetweb listener bound to one ADDR:PORT serving one router. Every resource a client can
-// hold is bounded: see Limits. Stops (and joins its threads) in the destructor.
+// A listener bound to one ADDR:PORT serving one router, on one event-loop thread (epoll). A
+// client that is slow to send its request costs a socket and a buffer, never a thread, so no
+// number of slow clients keeps a quick request waiting: every accepted connection is read as
+// its bytes arrive, /healthz and /readyz are answered before other requests that became ready
+// at the same time, and when the connection caps are reached the oldest connection still
+// sending its request makes room for the new one (a kubelet probe sends its request at once).
+// Handlers run on the loop thread. Stops (and joins its thread) in the destructor.
 class HttpServer {
  public:
   struct Limits {
     std::size_t max_body_bytes = 64 * 1024;    // larger Content-Length: 413 without reading
-    std::size_t max_header_bytes = 16 * 1024;  // request line + headers (civetweb: 64 headers max)
-    // civetweb serves one connection per thread: a slow client holds a worker until the
-    // request timeout. Each worker costs ~21 KiB resident even idle (its stack pages, which
-    // Debian's civetweb touches with stack-clash probes, and its connection buffer). Prometheus
-    // and the kubelet send their request at once and are served in about a millisecond, so 8
-    // workers with a 2 s timeout serve them many times over, and 24 slow clients delay a scrape
-    // by three timeouts, 6 s, at most (test/agent/http_robustness_test.py).
-    int worker_threads = 8;         // concurrent connections being served
-    int queue = 64;                 // accepted connections waiting for a worker
-    int request_timeout_ms = 2000;  // slow clients are cut off after this
-    bool keep_alive = false;        // one request per connection: no idle holders
+    std::size_t max_header_bytes = 16 * 1024;  // request line + headers: else 431
+    std::size_t max_headers = 100;             // header lines: else 431
+    std::size_t max_connections = 256;         // open connections of this listener
+    std::size_t max_per_client = 64;           // open connections of one peer address
+    int request_timeout_ms = 2000;             // accept -> complete request, else 408 and close
+    int write_timeout_ms = 5000;               // response written, else closed
+    int linger_ms = 500;                       // reading what a refused client still sends
+    // Requests with these paths are served first among those ready at once.
+    std::vector<std::string> priority_paths{"/healthz", "/readyz"};
+    // The debug listener: refuse a Host header that is not a loopback name or address (or the
+    // listener's own address) with 421, so a web page cannot read it through DNS rebinding.
+    bool loopback_host_only = false;
   };
 
-  // listen: "ADDR:PORT", "PORT" or "[v6]:PORT". Error when the port cannot be bound.
+  // listen: "ADDR:PORT", "PORT", ":PORT" or "[v6]:PORT" with a numeric address. Error when the
+  // address is invalid or the port cannot be bound.
   static Result<std::unique_ptr<HttpServer>> start(const std::string& listen,
                                                    std::shared_ptr<const HttpRouter> router,
                                                    std::string name);
@@ -110,6 +120,13 @@ class HttpServer {
   int port_ = 0;
   std::string name_;
 };
+
+// Whether a Host header value names this machine's loopback ("localhost", 127.0.0.0/8, [::1],
+// with or without a port) or, when bound_address is a specific address, that address.
+bool isLoopbackHost(std::string_view host, std::string_view bound_address);
+
+// %XX decoded ('+' stays '+': this is for paths, not forms); malformed escapes stay as they are.
+std::string percentDecode(std::string_view s);
 
 // Parses a query string into key -> value (last one wins; %XX and '+' decoded).
 std::map<std::string, std::string> parseQuery(const std::string& query);

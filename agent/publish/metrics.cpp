@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <sstream>
@@ -48,6 +49,9 @@ MetricsPublisher::MetricsPublisher(std::shared_ptr<prometheus::Registry> registr
                       "Unix time the check last finished a run.")),
       last_change_(gauge(*registry_, "nodegate_check_last_change_timestamp_seconds",
                          "Unix time the check's published status last changed.")),
+      info_(gauge(*registry_, "nodegate_check_info",
+                  "Always 1: the check's published status and reason, and whether the gate "
+                  "policy requires it (required=\"true\"|\"false\").")),
       gate_(gauge(*registry_, "nodegate_gate_open",
                   "1 while every check the policy requires passes (VMs may be scheduled).")
                 .Add({})) {
@@ -99,6 +103,18 @@ void MetricsPublisher::publish(const Snapshot& snap) {
     duration_.Add(l).Set(std::chrono::duration<double>(r.duration).count());
     last_run_.Add(l).Set(seconds(st.last_run));
     last_change_.Add(l).Set(seconds(st.since));
+    const bool required =
+        std::binary_search(snap.gate_required.begin(), snap.gate_required.end(), r.check);
+    prometheus::Labels info{{"check", r.check},
+                            {"status", std::string(toString(r.status))},
+                            {"reason", r.reason},
+                            {"required", required ? "true" : "false"}};
+    auto& old_info = info_labels_[r.check];
+    if (old_info != info) {
+      if (!old_info.empty() && info_.Has(old_info)) info_.Remove(&info_.Add(old_info));
+      info_.Add(info).Set(1);
+      old_info = std::move(info);
+    }
 
     std::set<SeriesKey> now;
     for (const auto& m : r.metrics) {

@@ -14,6 +14,10 @@
 //   nodegate_check_duration_seconds{check}            duration of the last run
 //   nodegate_check_last_run_timestamp_seconds{check}  when the probe last finished
 //   nodegate_check_last_change_timestamp_seconds{check} when the published status last changed
+//   nodegate_check_info{check,status,reason,required} always 1: the published verdict's reason,
+//                                                     and whether the policy in force requires
+//                                                     the check ("true"/"false"); one series per
+//                                                     check, replaced when any label changes
 //   nodegate_gate_open                                1 when every required check passes
 //   nodegate_build_info{version}                      always 1
 //   every CheckResult::metrics sample as a gauge (family created on first sight; a label set a
@@ -63,6 +67,8 @@ class MetricsPublisher final : public Publisher {
   prometheus::Family<prometheus::Gauge>& duration_;
   prometheus::Family<prometheus::Gauge>& last_run_;
   prometheus::Family<prometheus::Gauge>& last_change_;
+  prometheus::Family<prometheus::Gauge>& info_;
+  std::map<std::string, prometheus::Labels> info_labels_;  // check -> its current info series
   prometheus::Gauge& gate_;
   std::map<std::string, prometheus::Family<prometheus::Gauge>*> domain_;
   std::map<std::string, int> domain_series_;             // family name -> live series count

@@ -50,24 +50,50 @@ std::string rfc3339(std::chrono::system_clock::time_point t) {
   return buf;
 }
 
-nlohmann::json checkStateJson(const CheckState& st) {
+std::string runbookUrl(const std::string& base, const std::string& check) {
+  return base.empty() ? std::string() : base + check + ".md";
+}
+
+namespace {
+
+nlohmann::json timeOrNull(std::chrono::system_clock::time_point t) {
+  return t.time_since_epoch().count() ? nlohmann::json(rfc3339(t)) : nlohmann::json();
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+}  // namespace
+
+nlohmann::json checkStateJson(const CheckState& st, const Snapshot& snap,
+                              const std::string& runbook_base_url) {
   nlohmann::json j = toJson(st.result);
   j["raw_status"] = toString(st.raw_status);
-  j["since"] =
-      st.since.time_since_epoch().count() ? nlohmann::json(rfc3339(st.since)) : nlohmann::json();
-  j["last_run"] = st.last_run.time_since_epoch().count() ? nlohmann::json(rfc3339(st.last_run))
-                                                         : nlohmann::json();
+  j["since"] = timeOrNull(st.since);
+  j["since_source"] = toString(st.since_source);
+  j["last_run"] = timeOrNull(st.last_run);
+  j["required"] = contains(snap.gate_required, st.result.check);
+  j["blocks_gate"] = contains(snap.gate_blockers, st.result.check);
+  std::string runbook = runbookUrl(runbook_base_url, st.result.check);
+  j["runbook_url"] = runbook.empty() ? nlohmann::json() : nlohmann::json(runbook);
+  j["history"] = nlohmann::json::array();
+  for (const auto& t : st.history)
+    j["history"].push_back({{"at", rfc3339(t.at)},
+                            {"from", t.from ? nlohmann::json(toString(*t.from)) : nlohmann::json()},
+                            {"to", toString(t.to)},
+                            {"reason", t.reason}});
   return j;
 }
 
-nlohmann::json snapshotJson(const Snapshot& s) {
+nlohmann::json snapshotJson(const Snapshot& s, const std::string& runbook_base_url) {
   nlohmann::json j;
-  j["gate"] = {{"open", s.gate_open}, {"blockers", s.gate_blockers}};
+  j["gate"] = {{"open", s.gate_open}, {"blockers", s.gate_blockers}, {"required", s.gate_required}};
   j["complete"] = s.complete;
   j["generation"] = s.generation;
   j["taken"] = rfc3339(s.taken);
   j["checks"] = nlohmann::json::array();
-  for (const auto& c : s.checks) j["checks"].push_back(checkStateJson(c));
+  for (const auto& c : s.checks) j["checks"].push_back(checkStateJson(c, s, runbook_base_url));
   return j;
 }
 
@@ -108,6 +134,7 @@ main{padding:16px 24px;max-width:1100px}
 #verdict .big{font-size:26px;font-weight:700;letter-spacing:.3px}
 #verdict .why{margin-top:4px;font-size:15px}
 #verdict code{background:rgba(255,255,255,.18);color:#fff}
+#verdict a{color:#fff}
 .counts{display:flex;gap:10px;margin:0 0 18px;flex-wrap:wrap}
 .count{border:1px solid var(--line);border-radius:6px;padding:6px 12px;font-weight:600}
 .badge{display:inline-block;min-width:74px;text-align:center;border-radius:4px;padding:1px 8px;color:#fff;font-weight:700;font-size:13px}
@@ -117,6 +144,9 @@ main{padding:16px 24px;max-width:1100px}
 .check h3{margin:0;font-size:16px;display:flex;gap:10px;align-items:center;flex-wrap:wrap}
 .check .reason{color:var(--mut);font-weight:500;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px}
 .req{font-size:11px;border:1px solid var(--ink);border-radius:3px;padding:0 4px;font-weight:600}
+.req.blocks{background:var(--fail);border-color:var(--fail);color:#fff}
+.history{margin:4px 0;font-size:13px}
+.history summary{cursor:pointer;color:var(--mut)}
 .msg{margin:6px 0}
 .hint{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:6px 10px;margin:6px 0}
 .hint b{margin-right:6px}
@@ -147,8 +177,38 @@ void renderEvidence(std::string& out, const CheckResult& r) {
   out += "</table>";
 }
 
+const char* sinceNote(SinceSource s) {
+  switch (s) {
+    case SinceSource::Transition:
+      return "";
+    case SinceSource::Probe:
+      return " <span class=\"muted\">(as the probe dates it)</span>";
+    case SinceSource::AgentStart:
+      return " <span class=\"muted\">(first seen when the agent started; it may have begun "
+             "earlier)</span>";
+  }
+  return "";
+}
+
+// The last changes of the verdict, newest first.
+void renderHistory(std::string& out, const CheckState& st,
+                   std::chrono::system_clock::time_point now) {
+  if (st.history.empty()) return;
+  out += "<details class=\"history\"><summary>last " + std::to_string(st.history.size()) +
+         " change" + (st.history.size() == 1 ? "" : "s") +
+         "</summary><table><tr><th>when</th><th>from</th><th>to</th><th>reason</th></tr>";
+  for (auto it = st.history.rbegin(); it != st.history.rend(); ++it) {
+    std::string from = it->from ? std::string(toString(*it->from)) : "(first result)";
+    std::string to(toString(it->to));
+    out += "<tr><td>" + timeTag(it->at, now) + "</td><td>" + from +
+           "</td><td><span class=\"badge s-" + to + "\">" + to + "</span></td><td class=\"obs\">" +
+           htmlEscape(it->reason) + "</td></tr>";
+  }
+  out += "</table></details>";
+}
+
 void renderCheckBody(std::string& out, const CheckState& st,
-                     std::chrono::system_clock::time_point now) {
+                     std::chrono::system_clock::time_point now, const PageInfo& info) {
   const CheckResult& r = st.result;
   out += "<div class=\"msg\">" + htmlEscape(r.message) + "</div>";
   if (r.status != Status::Pass && !r.hint.empty())
@@ -161,15 +221,21 @@ void renderCheckBody(std::string& out, const CheckState& st,
   char dur[32];
   std::snprintf(dur, sizeof dur, "%.1f ms",
                 std::chrono::duration<double, std::milli>(r.duration).count());
-  out += "<div class=\"times\">status since " + timeTag(st.since, now) + " &middot; last run " +
-         timeTag(st.last_run, now) + " &middot; took " + dur + "</div>";
+  out += "<div class=\"times\">status since " + timeTag(st.since, now) +
+         sinceNote(st.since_source) + " &middot; last run " + timeTag(st.last_run, now) +
+         " &middot; took " + dur;
+  if (std::string rb = runbookUrl(info.runbook_base_url, r.check); !rb.empty())
+    out += " &middot; <a class=\"runbook\" href=\"" + htmlEscape(rb) + "\">runbook</a>";
+  out += "</div>";
+  renderHistory(out, st, now);
 }
 
 }  // namespace
 
 std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSections& sections) {
   auto now = std::chrono::system_clock::now();
-  std::set<std::string> required(info.required.begin(), info.required.end());
+  // The policy in force when the snapshot was taken (a SIGHUP reload changes it).
+  std::set<std::string> required(snap.gate_required.begin(), snap.gate_required.end());
   std::string out;
   out.reserve(16 * 1024);
   out +=
@@ -190,8 +256,8 @@ std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSec
          std::to_string(info.refresh_seconds) + " s</span></header>\n<main>\n";
 
   // The verdict: the one question this page answers.
-  std::map<std::string, Status> status_of;
-  for (const auto& c : snap.checks) status_of[c.result.check] = c.result.status;
+  std::map<std::string, const CheckResult*> result_of;
+  for (const auto& c : snap.checks) result_of[c.result.check] = &c.result;
   if (!snap.complete) {
     out +=
         "<div id=\"verdict\" class=\"starting\" data-open=\"false\"><div class=\"big\">Starting: "
@@ -209,9 +275,12 @@ std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSec
         "no new VMs on this node</div><div class=\"why\">blocked by ";
     bool first = true;
     for (const auto& b : snap.gate_blockers) {
-      auto it = status_of.find(b);
-      std::string st = it == status_of.end() ? "MISSING" : std::string(toString(it->second));
-      out += std::string(first ? "" : ", ") + "<code>" + htmlEscape(b) + "</code> " + st;
+      auto it = result_of.find(b);
+      std::string st = it == result_of.end() ? "MISSING"
+                                             : std::string(toString(it->second->status)) + " " +
+                                                   htmlEscape(it->second->reason);
+      out += std::string(first ? "" : ", ") + "<a href=\"#check-" + htmlEscape(b) + "\"><code>" +
+             htmlEscape(b) + "</code></a> " + st;
       first = false;
     }
     out += "</div></div>\n";
@@ -228,8 +297,12 @@ std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSec
 
   std::vector<const CheckState*> sorted;
   for (const auto& c : snap.checks) sorted.push_back(&c);
-  // Worst first: what an on-call engineer must act on comes before what is fine.
+  // What closes the gate first, then the worst: what an on-call engineer must act on comes
+  // before what is fine.
+  std::set<std::string> blockers(snap.gate_blockers.begin(), snap.gate_blockers.end());
   std::stable_sort(sorted.begin(), sorted.end(), [&](const CheckState* a, const CheckState* b) {
+    bool ba = blockers.count(a->result.check), bb = blockers.count(b->result.check);
+    if (ba != bb) return ba;
     int sa = severity(a->result.status), sb = severity(b->result.status);
     if (sa != sb) return sa > sb;
     return required.count(a->result.check) > required.count(b->result.check);
@@ -242,14 +315,20 @@ std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSec
     any_problem = true;
     const CheckResult& r = c->result;
     std::string st(toString(r.status));
+    const bool blocks = blockers.count(r.check) > 0;
     out += "<article class=\"check b-" + st + "\" id=\"check-" + htmlEscape(r.check) +
            "\" data-check=\"" + htmlEscape(r.check) + "\" data-status=\"" + st +
+           "\" data-blocks-gate=\"" + (blocks ? "true" : "false") +
            "\"><h3><span class=\"badge s-" + st + "\">" + st + "</span><span class=\"name\">" +
            htmlEscape(r.check) + "</span>";
-    if (required.count(r.check))
+    if (blocks)
+      out +=
+          "<span class=\"req blocks\" title=\"required by the gate policy and not PASS: this "
+          "keeps the gate closed\">BLOCKS THE GATE</span>";
+    else if (required.count(r.check))
       out += "<span class=\"req\" title=\"the VM gate requires this check\">REQUIRED</span>";
     out += "<span class=\"reason\">" + htmlEscape(r.reason) + "</span></h3>";
-    renderCheckBody(out, *c, now);
+    renderCheckBody(out, *c, now, info);
     out += "</article>\n";
   }
   if (!any_problem)
@@ -268,7 +347,7 @@ std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSec
            htmlEscape(r.check) + "</span>";
     if (required.count(r.check)) out += "<span class=\"req\">REQUIRED</span>";
     out += "<span class=\"muted\">" + htmlEscape(r.message) + "</span></summary>";
-    renderCheckBody(out, *c, now);
+    renderCheckBody(out, *c, now, info);
     out += "</details>";
   }
   if (!any_pass)

@@ -41,17 +41,24 @@ struct PageInfo {
   std::string node;
   std::string version;
   int refresh_seconds = 10;
-  std::vector<std::string> required;  // checks the gate requires (shown as a tag)
+  std::string runbook_base_url;  // each check links <base><check>.md; empty: no links
 };
+
+// The runbook page of a check: <base><check>.md ("" when base is empty).
+std::string runbookUrl(const std::string& base, const std::string& check);
 
 std::string renderPage(const Snapshot& snapshot, const PageInfo& info,
                        const PageSections& sections);
 
-// One check as /api/v1/checks/{name} returns it: toJson(result) plus published status, raw status,
-// since and last_run (RFC 3339 UTC).
-nlohmann::json checkStateJson(const CheckState& state);
-// The whole snapshot: { gate: {open, blockers}, complete, generation, taken, checks: [...] }.
-nlohmann::json snapshotJson(const Snapshot& snapshot);
+// One check as /api/v1/checks/{name} returns it: toJson(result) plus raw status, since (when the
+// status began, RFC 3339 UTC) with since_source (transition | probe | agent-start), last_run,
+// required (by the policy in force), blocks_gate, runbook_url and history (the last status or
+// reason changes, oldest first: {at, from, to, reason}; from is null for the first result).
+nlohmann::json checkStateJson(const CheckState& state, const Snapshot& snapshot,
+                              const std::string& runbook_base_url);
+// The whole snapshot: { gate: {open, blockers, required}, complete, generation, taken,
+// checks: [...] }.
+nlohmann::json snapshotJson(const Snapshot& snapshot, const std::string& runbook_base_url);
 
 // RFC 3339 UTC with milliseconds ("2026-11-29T14:03:07.123Z"); "" for the epoch (never).
 std::string rfc3339(std::chrono::system_clock::time_point t);

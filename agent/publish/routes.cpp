@@ -37,13 +37,16 @@ void registerDebugRoutes(HttpRouter& router, const AgentEndpoints& ep) {
     return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   };
   router.handle("/api/v1/checks", [ep, dump](const HttpRequest&) {
-    return HttpResponse::json(200, dump(snapshotJson(*ep.runner->snapshot())));
+    return HttpResponse::json(
+        200, dump(snapshotJson(*ep.runner->snapshot(), ep.page_info.runbook_base_url)));
   });
   router.handlePrefix("/api/v1/checks/", [ep, dump](const HttpRequest& req) {
-    std::string name = req.path.substr(std::string("/api/v1/checks/").size());
+    // The name is compared decoded and whole: "cpu-virt%00" is "cpu-virt\0", not cpu-virt.
+    std::string name = percentDecode(req.path.substr(std::string("/api/v1/checks/").size()));
     auto snap = ep.runner->snapshot();
     if (const CheckState* st = snap->find(name))
-      return HttpResponse::json(200, dump(checkStateJson(*st)));
+      return HttpResponse::json(200,
+                                dump(checkStateJson(*st, *snap, ep.page_info.runbook_base_url)));
     return HttpResponse::json(404, dump({{"error", "no such check"}, {"check", name}}));
   });
   router.handle("/", [ep](const HttpRequest&) {

@@ -62,6 +62,19 @@ struct KernelEvents::Impl {
     if (counter) counter->Add({{"source", source}, {"subsystem", subsystem}}).Increment();
   }
 
+  // Every series an open source can count exists at 0 from the start, so increase() and rate()
+  // see the first event (a counter that appears at 1 has no increase to show).
+  void createCounters() {
+    if (!counter) return;
+    auto add = [this](const char* source, std::initializer_list<const char*> subsystems) {
+      for (const char* s : subsystems) counter->Add({{"source", source}, {"subsystem", s}});
+    };
+    if (kernel_mon) add("kernel", {"misc", "block", "net"});
+    if (udev_mon) add("udev", {"misc", "block", "net"});
+    if (nl) add("rtnetlink", {"newlink", "dellink", "newnsid", "delnsid"});
+    if (mounts_fd >= 0) add("mountinfo", {"mounts"});
+  }
+
   udev_monitor* openMonitor(const char* source) {
     udev_monitor* m = udev_monitor_new_from_netlink(ctx, source);
     if (!m) {
@@ -221,6 +234,7 @@ Result<std::unique_ptr<KernelEvents>> KernelEvents::start(
     log::info("mount table events off", {{"path", mounts}, {"error", std::strerror(errno)}});
   if (!im.kernel_mon && !im.udev_mon && !im.nl && im.mounts_fd < 0)
     return Error{ENODEV, "failed to open any kernel event source"};
+  im.createCounters();
   log::info("kernel event sources ready", {{"uevent", im.kernel_mon ? "on" : "off"},
                                            {"udev", im.udev_mon ? "on" : "off"},
                                            {"rtnetlink", im.nl ? "on" : "off"},

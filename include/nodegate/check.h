@@ -48,6 +48,10 @@ struct CheckResult {
   std::map<std::string, std::string> labels;
   std::vector<MetricSample> metrics;
   std::chrono::nanoseconds duration{0};
+  // How long before this run the probe knows the reported condition has held (time-sync knows
+  // how long the clock has been unsynchronised); 0 when it cannot tell. The agent dates the
+  // status from it when it first sees the status (CheckState::since).
+  std::chrono::duration<double> held_for{0};
 };
 
 // Convenience builders used by evaluators; they keep the "hint on every non-PASS" rule in one

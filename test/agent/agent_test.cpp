@@ -430,7 +430,7 @@ struct Served {
     ep.runner = f.runner;
     ep.registry = f.registry;
     ep.sections = &sections;
-    ep.page_info = PageInfo{"node-a", "1.2.3", 10, {cfg.required.begin(), cfg.required.end()}};
+    ep.page_info = PageInfo{"node-a", "1.2.3", 10, "https://runbooks.example/checks/"};
     registerCoreRoutes(core, ep);
     registerDebugRoutes(debug, ep);
   }
@@ -477,6 +477,10 @@ TEST(Handlers, ReadyzAfterTheFirstCycleAndApiShapes) {
   EXPECT_TRUE(one["last_run"].is_string());
   EXPECT_TRUE(one.contains("duration_seconds"));
   EXPECT_EQ(s.debug.dispatch(get("/api/v1/checks/nope")).status, 404);
+  // The name is decoded and compared whole: a NUL does not cut it short.
+  EXPECT_EQ(s.debug.dispatch(get("/api/v1/checks/kvm-device%00")).status, 404);
+  EXPECT_EQ(s.debug.dispatch(get("/api/v1/checks/kvm-device%00x")).status, 404);
+  EXPECT_EQ(s.debug.dispatch(get("/api/v1/checks/kvm%2Ddevice")).status, 200);
   EXPECT_EQ(s.debug.dispatch(get("/api/v1/checks", "POST")).status, 405);
 }
 
@@ -515,8 +519,71 @@ TEST(Handlers, PageShowsVerdictFailingChecksFirstWithHintsAndSections) {
   EXPECT_THAT(b, HasSubstr("this section failed to render"));
   EXPECT_LT(b.find("data-check=\"kvm-device\""), b.find("data-check=\"tun\""));  // failing first
   EXPECT_THAT(b, Not(HasSubstr("<script")));
+  // No external assets: the only absolute URLs are the runbook links.
   EXPECT_THAT(b, Not(HasSubstr("http://")));
-  EXPECT_THAT(b, Not(HasSubstr("https://")));
+  std::size_t pos = 0, links = 0;
+  while ((pos = b.find("https://", pos)) != std::string::npos) {
+    EXPECT_EQ(b.compare(pos - 6, 6, "href=\""), 0) << b.substr(pos - 20, 60);
+    EXPECT_EQ(b.compare(pos, 32, "https://runbooks.example/checks/"), 0);
+    ++links;
+    ++pos;
+  }
+  EXPECT_EQ(links, 2u);  // one per check
+  EXPECT_THAT(b, HasSubstr("href=\"https://runbooks.example/checks/kvm-device.md\""));
+  // The blocker is named with its reason in the verdict and marked on its card.
+  EXPECT_THAT(b, HasSubstr("<code>kvm-device</code></a> FAIL DeviceMissing"));
+  EXPECT_THAT(b, HasSubstr("BLOCKS THE GATE"));
+  EXPECT_THAT(b, HasSubstr("first seen when the agent started"));
+}
+
+TEST(Handlers, SinceIsWhenTheStatusBeganAndHistoryListsTheChanges) {
+  int phase = 0;
+  std::vector<std::unique_ptr<FakeProbe>> v;
+  v.push_back(std::make_unique<FakeProbe>("time-sync", kTriggerTimer, [&](int) {
+    if (phase == 0) {
+      auto r = makeResult("time-sync", Status::Fail, "NotSynchronized", "unsynchronised 17 min",
+                          "fix ntp");
+      r.held_for = std::chrono::minutes(17);
+      return r;
+    }
+    if (phase == 1)
+      return makeResult("time-sync", Status::Fail, "NotSynchronized", "unsynchronised 18 min",
+                        "fix ntp");
+    return result("time-sync", Status::Pass);
+  }));
+  Config cfg;
+  cfg.required = {"time-sync"};
+  Served s(std::move(v), cfg);
+  s.f.runner->runCycle(Runner::kRunAll);
+  auto j = nlohmann::json::parse(s.debug.dispatch(get("/api/v1/checks/time-sync")).body);
+  EXPECT_EQ(j["since_source"], "probe");
+  auto since = j["since"].get<std::string>();
+  EXPECT_EQ(j["required"], true);
+  EXPECT_EQ(j["blocks_gate"], true);
+  EXPECT_EQ(j["runbook_url"], "https://runbooks.example/checks/time-sync.md");
+  ASSERT_EQ(j["history"].size(), 1u);
+  EXPECT_TRUE(j["history"][0]["from"].is_null());
+  EXPECT_EQ(j["history"][0]["to"], "FAIL");
+  // The probe dates the FAIL 17 minutes back: "since" is not the agent's first run.
+  auto taken = nlohmann::json::parse(s.debug.dispatch(get("/api/v1/checks")).body)["taken"];
+  EXPECT_LT(since,
+            taken.get<std::string>().substr(0, 14) + "99");  // earlier the same day or before
+  phase = 1;  // only the message moves: no new transition, since unchanged
+  s.f.runner->runCycle(Runner::kRunAll);
+  j = nlohmann::json::parse(s.debug.dispatch(get("/api/v1/checks/time-sync")).body);
+  EXPECT_EQ(j["since"], since);
+  EXPECT_EQ(j["history"].size(), 1u);
+  phase = 2;
+  s.f.runner->runCycle(Runner::kRunAll);
+  j = nlohmann::json::parse(s.debug.dispatch(get("/api/v1/checks/time-sync")).body);
+  EXPECT_EQ(j["since_source"], "transition");
+  EXPECT_NE(j["since"], since);
+  ASSERT_EQ(j["history"].size(), 2u);
+  EXPECT_EQ(j["history"][1]["from"], "FAIL");
+  EXPECT_EQ(j["history"][1]["to"], "PASS");
+  EXPECT_EQ(j["blocks_gate"], false);
+  std::string page = s.debug.dispatch(get("/")).body;
+  EXPECT_THAT(page, HasSubstr("last 2 changes"));
 }
 
 TEST(Handlers, MetricsCarryChecksGateBuildAndDomainGaugesAndDropStaleSeries) {
@@ -555,6 +622,38 @@ TEST(Handlers, MetricsCarryChecksGateBuildAndDomainGaugesAndDropStaleSeries) {
   phase = 0;
   s.f.runner->runCycle(Runner::kRunAll);  // and it comes back
   EXPECT_THAT(s.core.dispatch(get("/metrics")).body, HasSubstr("nodegate_lvm_other 1"));
+}
+
+TEST(Handlers, CheckInfoSaysReasonAndRequiredAndFollowsAReload) {
+  Config cfg;
+  cfg.required = {"kvm-device"};
+  Served s(pageProbes(), cfg);
+  s.f.runner->runCycle(Runner::kRunAll);
+  std::string m = s.core.dispatch(get("/metrics")).body;
+  EXPECT_THAT(m, HasSubstr("nodegate_check_info{check=\"kvm-device\",reason=\"DeviceMissing\","
+                           "required=\"true\",status=\"FAIL\"} 1"));
+  EXPECT_THAT(m, HasSubstr("nodegate_check_info{check=\"tun\",reason=\"R\",required=\"false\","
+                           "status=\"PASS\"} 1"));
+  // Counters exist at 0 before anything happened, so increase() sees the first event.
+  EXPECT_THAT(m, HasSubstr("nodegate_agent_probe_timeouts_total{check=\"tun\"} 0"));
+  std::string page = s.debug.dispatch(get("/")).body;
+  auto tunCard = page.find("data-check=\"tun\"");
+  ASSERT_NE(tunCard, std::string::npos);
+  EXPECT_EQ(page.find("REQUIRED", tunCard), std::string::npos);
+
+  // SIGHUP: the new policy reaches the metrics and the page's REQUIRED badges.
+  Config now = cfg;
+  now.required = {"kvm-device", "tun"};
+  s.f.runner->reload(now);
+  s.f.runner->runCycle(Runner::kRunAll);
+  m = s.core.dispatch(get("/metrics")).body;
+  EXPECT_THAT(m, HasSubstr("nodegate_check_info{check=\"tun\",reason=\"R\",required=\"true\","
+                           "status=\"PASS\"} 1"));
+  EXPECT_THAT(m, Not(HasSubstr("required=\"false\"")));  // the old series is gone
+  page = s.debug.dispatch(get("/")).body;
+  tunCard = page.find("data-check=\"tun\"");
+  ASSERT_NE(tunCard, std::string::npos);
+  EXPECT_NE(page.find("REQUIRED", tunCard), std::string::npos);
 }
 
 TEST(ProcessMetrics, ReadsThisProcess) {
@@ -659,11 +758,82 @@ TEST(HttpServer, ServesRoutesAndRefusesOversizeBodies) {
   auto clash = HttpServer::start("127.0.0.1:19201", router, "clash");
   ASSERT_FALSE(clash.ok());
   EXPECT_THAT(clash.error().message, HasSubstr("failed to listen on 127.0.0.1:19201"));
-  // IPv6 works only where civetweb was built with it; otherwise the error says why.
+  // A numeric address only: octets out of range are an error, not a wrapped address.
+  auto wrapped = HttpServer::start("999.1.1.1:19202", router, "bad");
+  ASSERT_FALSE(wrapped.ok());
+  EXPECT_THAT(wrapped.error().message, HasSubstr("not a numeric IPv4 or [IPv6] address"));
+  EXPECT_FALSE(HttpServer::start("127.0.0.1:65536", router, "bad").ok());
+  // IPv6 where the loopback has ::1.
   auto v6 = HttpServer::start("[::1]:19202", router, "v6");
   if (!v6.ok()) {
-    EXPECT_THAT(v6.error().message, HasSubstr("no IPv6 support"));
+    EXPECT_THAT(v6.error().message, HasSubstr("failed to listen on [::1]:19202"));
   }
+}
+
+TEST(HttpServer, LoopbackHostNamesOnly) {
+  for (const char* ok : {"localhost", "LOCALHOST:9811", "localhost.", "127.0.0.1", "127.1.2.3:80",
+                         "[::1]", "[::1]:9811"})
+    EXPECT_TRUE(isLoopbackHost(ok, "127.0.0.1")) << ok;
+  for (const char* bad : {"evil.example", "evil.example:9811", "10.0.0.5", "localhost.evil",
+                          "127.0.0.1.nip.io", "[::2]", "", "localhost:x", "[::1]x"})
+    EXPECT_FALSE(isLoopbackHost(bad, "127.0.0.1")) << bad;
+  EXPECT_TRUE(isLoopbackHost("10.0.0.5:9811", "10.0.0.5"));  // its own specific address
+  EXPECT_FALSE(isLoopbackHost("10.0.0.5", "0.0.0.0"));       // a wildcard is no address
+
+  auto router = std::make_shared<HttpRouter>();
+  router->handle("/", [](const HttpRequest&) { return HttpResponse::text(200, "page"); });
+  HttpServer::Limits lim;
+  lim.loopback_host_only = true;
+  auto server = HttpServer::start("127.0.0.1:19203", router, "debug", lim);
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  EXPECT_THAT(rawExchange(19203, "GET / HTTP/1.1\r\nHost: 127.0.0.1:19203\r\n\r\n"),
+              HasSubstr("\r\n\r\npage"));
+  EXPECT_THAT(rawExchange(19203, "GET / HTTP/1.1\r\nHost: localhost:19203\r\n\r\n"),
+              HasSubstr("200 OK"));
+  // What a browser sends after DNS rebinding evil.example to 127.0.0.1.
+  std::string rebound = rawExchange(19203, "GET / HTTP/1.1\r\nHost: evil.example:19203\r\n\r\n");
+  EXPECT_THAT(rebound, HasSubstr("421 Misdirected Request"));
+  EXPECT_THAT(rebound, Not(HasSubstr("page")));
+}
+
+TEST(HttpServer, SlowClientsDoNotDelayOthersAndTheOldestMakesRoom) {
+  auto router = std::make_shared<HttpRouter>();
+  router->handle("/healthz", [](const HttpRequest&) { return HttpResponse::text(200, "ok\n"); });
+  HttpServer::Limits lim;
+  lim.max_connections = 8;
+  lim.max_per_client = 8;
+  lim.request_timeout_ms = 20000;
+  auto server = HttpServer::start("127.0.0.1:19204", router, "slow", lim);
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  // Eight connections that never finish their request fill every slot.
+  std::vector<int> holders;
+  for (int i = 0; i < 8; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(19204);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ::send(fd, "GET /healthz HTTP/1.1\r\n", 23, MSG_NOSIGNAL);
+    holders.push_back(fd);
+  }
+  std::this_thread::sleep_for(300ms);  // older than a request takes to arrive
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i)
+    EXPECT_THAT(rawExchange(19204, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"),
+                HasSubstr("200 OK"));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  // The oldest holder was closed to make room for the first request; the later ones found the
+  // slot it left.
+  int closed = 0;
+  for (int fd : holders) {
+    char c;
+    timeval tv{0, 100000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (::recv(fd, &c, 1, 0) == 0) ++closed;
+    ::close(fd);
+  }
+  EXPECT_EQ(closed, 1);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Hostile clients against a running `nodegate agent`: oversize requests, too many headers,
-garbage bytes, slow clients and many connections. After each, the agent must still be alive
-and answer; slow clients must be cut off by the request timeout."""
+garbage bytes, slow clients, a slowloris attack and many connections, DNS rebinding on the debug
+port. After each, the agent must still be alive and answer; slow clients must be cut off by the
+request timeout, and /healthz must be answered within the kubelet's probe timeout throughout."""
 import os
 import random
 import socket
@@ -101,9 +102,28 @@ def main():
                 fail(f"{req[:40]!r}: status {got}, want {want}")
         if status_of(exchange(b"GET /../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n")) not in (400, 404):
             fail("path traversal was not refused")
-        if status_of(exchange(b"GET /api/v1/checks/%00%ff HTTP/1.1\r\nHost: x\r\n\r\n", DEBUG_PORT)) != 404:
+        if status_of(exchange(b"GET /api/v1/checks/%00%ff HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", DEBUG_PORT)) != 404:
             fail("odd check name not a 404")
-        alive(agent, "404/405 contract")
+        # A NUL must not cut the name short (the check exists: cpu-virt runs everywhere).
+        if status_of(exchange(b"GET /api/v1/checks/cpu-virt HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", DEBUG_PORT)) != 200:
+            fail("/api/v1/checks/cpu-virt is not 200")
+        for odd in [b"cpu-virt%00", b"cpu-virt%00.json", b"cpu-virt%2f", b"cpu-virt/"]:
+            got = status_of(exchange(b"GET /api/v1/checks/" + odd + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", DEBUG_PORT))
+            if got != 404:
+                fail(f"/api/v1/checks/{odd.decode()} answered {got}, want 404")
+        # DNS rebinding: a page of evil.example whose name now resolves to 127.0.0.1 sends its own
+        # Host. The debug port answers only loopback names; the metrics port is for Prometheus.
+        for host, want in [(b"evil.example:%d" % DEBUG_PORT, 421), (b"evil.example", 421), (b"10.1.2.3", 421),
+                           (b"localhost:%d" % DEBUG_PORT, 200), (b"127.0.0.1:%d" % DEBUG_PORT, 200),
+                           (b"[::1]:%d" % DEBUG_PORT, 200)]:
+            reply = exchange(b"GET /api/v1/checks HTTP/1.1\r\nHost: " + host + b"\r\n\r\n", DEBUG_PORT)
+            if status_of(reply) != want:
+                fail(f"debug port with Host {host.decode()}: {status_of(reply)}, want {want}")
+            if want == 421 and b"cpu-virt" in reply:
+                fail("the debug port leaked the checks to a rebound host")
+        if status_of(exchange(b"GET /healthz HTTP/1.1\r\nHost: evil.example\r\n\r\n")) != 200:
+            fail("the metrics port refused a Host it must not care about")
+        alive(agent, "404/405 contract, check names, Host header")
 
         # Oversize: a 10 MB body is refused from its Content-Length alone.
         reply = exchange(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 10485760\r\n\r\n" + b"x" * 65536)
@@ -118,8 +138,8 @@ def main():
                 fail(f"{name}: status {code}, want 4xx or a closed connection")
             alive(agent, f"{name} (got {code or 'closed'})")
 
-        # 200 small headers fit the 16 KB header budget: civetweb keeps the first 64 and the
-        # request is served normally (the count is bounded, nothing overflows).
+        # 200 small headers fit the 16 KB header budget but not the count (100): refused, or
+        # served; the count is bounded either way.
         many = b"GET /healthz HTTP/1.1\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(200)) + b"\r\n"
         if status_of(exchange(many)) not in (200, 400, 431):
             fail("200 small headers: unexpected answer")
@@ -167,6 +187,58 @@ def main():
         if worst > 20:
             fail(f"slow clients were not cut off (held {worst:.1f} s)")
         alive(agent, "24 slow clients")
+
+        # Slowloris, the load of issue #22: 100 connections held open, each sending one more
+        # header line every second and reconnecting whenever it is cut off. Meanwhile the
+        # kubelet's liveness probe (3 s timeout) asks /healthz twice a second for 12 s: every
+        # probe must pass, or the kubelet would restart the agent for anyone on the network.
+        stop = threading.Event()
+        opened = [0]
+
+        def slowloris():
+            while not stop.is_set():
+                try:
+                    s = socket.create_connection(("127.0.0.1", PORT), timeout=5)
+                    opened[0] += 1
+                    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                    while not stop.is_set():
+                        time.sleep(1)
+                        s.sendall(b"X-a: b\r\n")
+                except OSError:
+                    pass
+                finally:
+                    try:
+                        s.close()
+                    except (OSError, UnboundLocalError):
+                        pass
+
+        attackers = [threading.Thread(target=slowloris, daemon=True) for _ in range(100)]
+        for t in attackers:
+            t.start()
+        time.sleep(1.5)
+        probes, slowest, failed = 0, 0.0, []
+        t_end = time.monotonic() + 12
+        while time.monotonic() < t_end:
+            t0 = time.monotonic()
+            try:
+                code, _ = get("/healthz", timeout=3)
+                if code != 200:
+                    failed.append(f"status {code}")
+            except OSError as e:
+                failed.append(str(e))
+            slowest = max(slowest, time.monotonic() - t0)
+            probes += 1
+            time.sleep(0.5)
+        stop.set()
+        for t in attackers:
+            t.join(10)
+        print(f"slowloris: {opened[0]} connections opened by 100 attackers; {probes} probes, "
+              f"{len(failed)} failed, slowest {1000 * slowest:.0f} ms")
+        if failed:
+            fail(f"/healthz failed under slowloris: {failed[:3]}")
+        if slowest > 1.0:
+            fail(f"/healthz took {slowest:.2f} s under slowloris")
+        alive(agent, "slowloris")
 
         # Many connections at once: most are served, none crashes the agent.
         ok = []

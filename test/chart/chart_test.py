@@ -49,6 +49,11 @@ def agent_container(docs):
     return ds, c
 
 
+def env_of(container):
+    """The container's literal environment variables."""
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+
+
 def rules_of(role):
     """RBAC rules as a set of (group, resource, verb, resourceName) tuples."""
     out = set()
@@ -155,24 +160,32 @@ class DaemonSet(unittest.TestCase):
                 m = mounts["/host" + host]
                 self.assertIs(m.get("readOnly"), True, f"{case} {host}")
                 self.assertEqual(vols[m["name"]]["hostPath"]["path"], host)
-            self.assertIn("--host-root=/host", c["args"])
+            self.assertEqual(env_of(c)["NODEGATE_HOST_ROOT"], "/host")
             for m in c["volumeMounts"]:
-                # A unix socket is connected to, not written; everything else under /host is read-only.
-                if "hostPath" in vols[m["name"]] and m["mountPath"].startswith("/host") \
-                        and vols[m["name"]]["hostPath"].get("type") != "Socket":
+                # Everything under /host is read-only (connect() to the D-Bus socket needs no write).
+                if "hostPath" in vols[m["name"]] and m["mountPath"].startswith("/host"):
                     self.assertIs(m.get("readOnly"), True, f"{case}: {m['mountPath']} is writable")
+                # No hostPath the pod would wait for (type Socket, File...): a node without D-Bus
+                # must still run the agent. The kubelet directory must exist (a wrong value is loud).
+                if "hostPath" in vols[m["name"]]:
+                    t = vols[m["name"]]["hostPath"].get("type")
+                    want = {"Directory"} if m["name"] == "host-kubelet" else {"Directory", "DirectoryOrCreate"}
+                    self.assertIn(t, want, f"{case}: {m['name']} hostPath type {t}")
 
     def test_dbus_socket_and_lvm(self):
         ds, c = agent_container(load("defaults-1.31"))
         vols = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
         mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
-        bus = vols[mounts["/host/run/dbus/system_bus_socket"]]["hostPath"]
-        self.assertEqual(bus, {"path": "/run/dbus/system_bus_socket", "type": "Socket"})
+        # The socket's directory, so the pod starts without D-Bus and sees a restarted bus.
+        bus = vols[mounts["/host/run/dbus"]]["hostPath"]
+        self.assertEqual(bus, {"path": "/run/dbus", "type": "DirectoryOrCreate"})
+        self.assertEqual(vols[mounts["/host/var/lib/kubelet"]]["hostPath"],
+                         {"path": "/var/lib/kubelet", "type": "Directory"})
         self.assertEqual(vols[mounts["/run/lvm"]]["hostPath"]["path"], "/run/lvm")
         self.assertEqual(vols[mounts["/etc/lvm"]]["hostPath"]["path"], "/etc/lvm")
-        self.assertIn("--lvm-command=nsenter -t 1 -m -- lvm", c["args"])
+        self.assertEqual(env_of(c)["NODEGATE_LVM_COMMAND"], "nsenter -t 1 -m -- lvm")
         _, c = agent_container(load("custom-1.31"))
-        self.assertFalse({"/host/run/dbus/system_bus_socket", "/run/lvm", "/etc/lvm"} & {m["mountPath"] for m in c["volumeMounts"]})
+        self.assertFalse({"/host/run/dbus", "/run/lvm", "/etc/lvm"} & {m["mountPath"] for m in c["volumeMounts"]})
 
     def test_every_flag_is_one_the_agent_parses(self):
         flags = agent_flags()
@@ -206,6 +219,21 @@ class DaemonSet(unittest.TestCase):
                                 ("readinessProbe", "/readyz")]:
                 self.assertEqual(c[probe]["httpGet"], {"path": path, "port": "metrics"}, f"{case} {probe}")
 
+    def test_check_by_hand_uses_the_agents_settings(self):
+        # `kubectl exec ... nodegate check` inherits the container's environment: the settings a
+        # check depends on are there, not in the agent's args, and the agent reads the same names.
+        with open(os.path.join(SRC, "agent", "cli", "options.cpp")) as f:
+            options = f.read()
+        for case in ALL_CASES:
+            _, c = agent_container(load(case))
+            env = env_of(c)
+            for var in ["NODEGATE_HOST_ROOT", "NODEGATE_CONFIG", "NODEGATE_LVM_COMMAND", "NODEGATE_RUNBOOK_BASE_URL"]:
+                self.assertIn(var, env, case)
+                self.assertIn(f'"{var}"', options, f"the CLI does not read {var}")
+            for flag in ["--host-root", "--config", "--lvm-command"]:
+                self.assertFalse([a for a in c["args"] if a.startswith(flag)], f"{case}: {flag} in args and env")
+            self.assertTrue(env["NODEGATE_RUNBOOK_BASE_URL"].endswith("/docs/runbooks/checks/"), case)
+
     def test_node_name_from_downward_api(self):
         _, c = agent_container(load("defaults-1.31"))
         env = {e["name"]: e for e in c["env"]}
@@ -231,12 +259,13 @@ class DaemonSet(unittest.TestCase):
         self.assertEqual(ds["spec"]["template"]["spec"]["priorityClassName"], "system-node-critical")
 
     def test_config_map(self):
+        lvm = {"data_warn_percent": 80, "data_fail_percent": 90, "metadata_warn_percent": 70, "metadata_fail_percent": 85}
         for case, want in [("defaults-1.31", {"gate": {"required": ["cpu-virt", "kvm-device", "tun", "kernel-modules"]},
-                                              "checks": {"local-pv": {"kubelet_dir": "/var/lib/kubelet"}},
+                                              "checks": {"lvm": lvm, "local-pv": {"kubelet_dir": "/var/lib/kubelet"}},
                                               "damping": {}}),
                            ("custom-1.31", {"gate": {"required": ["cpu-virt", "kvm-device", "tun", "kernel-modules",
                                                                   "lvm", "time-sync"]},
-                                            "checks": {"lvm": {"data_warn_percent": 70, "data_fail_percent": 85},
+                                            "checks": {"lvm": dict(lvm, data_warn_percent=70, data_fail_percent=85),
                                                        "local-pv": {"kubelet_dir": "/var/lib/kubelet"}},
                                             "damping": {"lvm": 3}})]:
             docs = load(case)
@@ -245,8 +274,54 @@ class DaemonSet(unittest.TestCase):
                            if "configMap" in v)
             cm = one(docs, "ConfigMap", cm_name)
             self.assertEqual(json.loads(cm["data"]["config.json"]), want, case)
-            self.assertIn("--config=/etc/nodegate/config.json", c["args"])
+            self.assertEqual(env_of(c)["NODEGATE_CONFIG"], "/etc/nodegate/config.json")
             self.assertIn("checksum/config", ds["spec"]["template"]["metadata"]["annotations"])
+
+
+class Conventions(unittest.TestCase):
+    """What users of prometheus-node-exporter, node-feature-discovery and cilium expect."""
+
+    def render(self, *sets):
+        import subprocess
+        helm = subprocess.run(["bash", os.path.join(SRC, "tools", "helm.sh")], capture_output=True, text=True).stdout.strip()
+        args = [helm, "template", "nodegate", CHART, "--namespace", "nodegate", "--set", "image.repository=org/nodegate"]
+        for s_ in sets:
+            args += ["--set", s_]
+        out = subprocess.run(args, capture_output=True, text=True)
+        if out.returncode:
+            raise AssertionError(out.stderr)
+        return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+    def test_image_registry_and_required_image(self):
+        _, c = agent_container(self.render("global.imageRegistry=mirror.example:5000/", "image.tag=1.2"))
+        self.assertEqual(c["image"], "mirror.example:5000/org/nodegate:1.2")
+        _, c = agent_container(self.render("image.digest=sha256:" + "a" * 64))
+        self.assertEqual(c["image"], "org/nodegate@sha256:" + "a" * 64)
+
+    def test_namespace_override(self):
+        docs = self.render("namespaceOverride=virt-health")
+        for d in docs:
+            if d["kind"] in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                             "ValidatingAdmissionPolicyBinding"):
+                continue
+            ns = d["metadata"].get("namespace")
+            if d["kind"] == "Role" and d["metadata"]["name"] != "nodegate-cleanup":
+                continue  # events and cilium-config roles live where those objects are
+            if d["kind"] == "RoleBinding" and d["metadata"]["name"] != "nodegate-cleanup":
+                continue
+            self.assertEqual(ns, "virt-health", f"{d['kind']} {d['metadata']['name']}")
+        binding = one(docs, "ClusterRoleBinding", "nodegate")
+        self.assertEqual(binding["subjects"][0]["namespace"], "virt-health")
+
+    def test_extra_volumes_and_revision_history(self):
+        ds, c = agent_container(self.render("extraVolumes[0].name=ca", "extraVolumes[0].configMap.name=ca",
+                                            "extraVolumeMounts[0].name=ca", "extraVolumeMounts[0].mountPath=/etc/ca",
+                                            "revisionHistoryLimit=3"))
+        self.assertIn({"name": "ca", "configMap": {"name": "ca"}}, ds["spec"]["template"]["spec"]["volumes"])
+        self.assertIn({"name": "ca", "mountPath": "/etc/ca"}, c["volumeMounts"])
+        self.assertEqual(ds["spec"]["revisionHistoryLimit"], 3)
+        ds, _ = agent_container(load("defaults-1.31"))
+        self.assertEqual(ds["spec"]["revisionHistoryLimit"], 5)
 
 
 class Rbac(unittest.TestCase):
@@ -396,6 +471,27 @@ class Monitoring(unittest.TestCase):
                             f"docs/runbooks/{name}.md is missing")
         up = next(a for a in alerts if a["alert"] == "NodegateAgentDown")
         self.assertEqual(up["expr"], 'up{job="nodegate"} == 0')
+        # Status values are the agent's, upper case (docs/metrics.md).
+        for a in alerts:
+            for v in re.findall(r'status[!=~]*"([^"]*)"', a["expr"]):
+                self.assertIn(v, {"PASS", "WARN", "FAIL", "UNKNOWN"}, a["alert"])
+
+    def test_thin_pool_alerts_follow_the_lvm_check(self):
+        # One threshold, one source: config.checks.lvm.*_percent moves the check and the alert.
+        import subprocess
+        helm = subprocess.run(["bash", os.path.join(SRC, "tools", "helm.sh")], capture_output=True, text=True).stdout.strip()
+        mon = []
+        for api in ["monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PodMonitor",
+                    "monitoring.coreos.com/v1/PrometheusRule", "monitoring.coreos.com/v1"]:
+            mon += ["--api-versions", api]
+        out = subprocess.run([helm, "template", "nodegate", CHART, "--set", "image.repository=org/nodegate", "-f", os.path.join(SRC, "test", "chart", "values", "monitoring.yaml"),
+                              "--set", "config.checks.lvm.data_warn_percent=65", *mon], capture_output=True, text=True, check=True).stdout
+        docs = [d for d in yaml.safe_load_all(out) if d]
+        rule = one(docs, "PrometheusRule")
+        exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"] if r.get("alert") == "NodegateThinPoolFillingUp"]
+        self.assertIn("nodegate_lvm_thin_pool_data_ratio > 0.65", exprs)
+        cm = one(docs, "ConfigMap", "nodegate")
+        self.assertEqual(json.loads(cm["data"]["config.json"])["checks"]["lvm"]["data_warn_percent"], 65)
 
 
 class CleanupHook(unittest.TestCase):

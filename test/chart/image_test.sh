@@ -66,6 +66,7 @@ done < <(objdump -p "$root/usr/local/bin/nodegate" | awk '$1 == "NEEDED" {print 
 # 3. The DaemonSet as helm renders it, on test ports.
 # dnsTrace off: a tracer here would attach to the namespaces of the DNS tests running beside it.
 "$helm" template nodegate "$src/charts/nodegate" --namespace nodegate --kube-version 1.31.0 \
+  --set image.repository=registry.example/nodegate \
   --set agent.metricsPort=19830 --set agent.debugPort=19831 --set agent.dnsTrace=off >"$work/render.yaml"
 bash "$src/test/chart/py.sh" - "$work/render.yaml" "$work" <<'PY'
 import json, sys, yaml, shlex
@@ -106,11 +107,12 @@ PY
 echo "container args: $(cat "$work/args")"
 echo "capabilities:   $(cat "$work/caps")"
 
-# The host has no system bus (ENVIRONMENT.md): a private dbus-daemon's socket stands in for the
-# host's /run/dbus/system_bus_socket that the chart mounts with hostPath type Socket.
-dbus-daemon --session --nofork --address="unix:path=$work/system_bus_socket" >/dev/null 2>&1 &
+# The host has no system bus (ENVIRONMENT.md): a private dbus-daemon's socket in a directory of
+# its own stands in for the host's /run/dbus that the chart mounts (the socket's directory).
+mkdir -p "$work/run-dbus"
+dbus-daemon --session --nofork --address="unix:path=$work/run-dbus/system_bus_socket" >/dev/null 2>&1 &
 dbus_pid=$!
-for _ in $(seq 50); do [ -S "$work/system_bus_socket" ] && break; sleep 0.1; done
+for _ in $(seq 50); do [ -S "$work/run-dbus/system_bus_socket" ] && break; sleep 0.1; done
 
 cat >"$work/inner.sh" <<'INNER'
 #!/usr/bin/env bash
@@ -133,11 +135,16 @@ mount --bind /dev "$root/dev"
 while read -r kind src type dst mode; do
   case "$kind" in
     hostPath)
-      if [ "$type" = Socket ] && [ ! -S "$src" ]; then src=$work/system_bus_socket; fi
+      if [ "$src" = /run/dbus ] && [ ! -S /run/dbus/system_bus_socket ]; then src=$work/run-dbus; fi
       if [ ! -e "$src" ]; then
-        [ "$type" = DirectoryOrCreate ] || { echo "FAIL: hostPath $src ($type) is missing on this host" >&2; exit 1; }
-        # The kubelet would create it on the node; create it in the work dir instead.
-        src=$work/created$src; mkdir -p "$src"
+        case "$type" in
+          # The kubelet would create it on the node; create it in the work dir instead.
+          DirectoryOrCreate) src=$work/created$src; mkdir -p "$src" ;;
+          # A node has its kubelet directory (this build machine is no node): an empty stand-in.
+          Directory) [ "$src" = /var/lib/kubelet ] || { echo "FAIL: hostPath $src ($type) is missing" >&2; exit 1; }
+                     src=$work/node$src; mkdir -p "$src" ;;
+          *) echo "FAIL: hostPath $src ($type) is missing on this host" >&2; exit 1 ;;
+        esac
       fi ;;
     emptyDir) src=$(mktemp -d "$work/emptydir.XXXXXX") ;;
   esac
@@ -186,6 +193,13 @@ echo "ok   debug page"
 curl -sf http://127.0.0.1:19831/api/v1/checks >"$work/checks.json" \
   || { echo "FAIL: /api/v1/checks does not answer" >&2; exit 1; }
 jq -r '.checks[] | "     \(.check): \(.status) \(.reason): \(.message)"' "$work/checks.json"
+# The D-Bus probes reach the bus through the read-only directory mount (connect() needs no
+# writable mount): they may find no timedate1/systemd on this private bus, but never "no socket".
+bus_msg=$(jq -r '.checks[] | select(.check == "node-services") | .message' "$work/checks.json")
+case "$bus_msg" in
+  *"does not exist"*|*"failed to connect"*) echo "FAIL: node-services did not reach the bus through /host/run/dbus: $bus_msg" >&2; exit 1 ;;
+esac
+echo "ok   the D-Bus socket is reachable through the read-only /host/run/dbus mount"
 # The chart's capability set must be enough for `nsenter -t 1 -m -- lvm` wherever root itself may
 # enter PID 1's mount namespace (some sandboxes deny that even to root: then say so).
 lvm_msg=$(jq -r '.checks[] | select(.check == "lvm") | .message' "$work/checks.json")

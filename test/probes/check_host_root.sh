@@ -17,7 +17,7 @@ rc=0
 "$NODEGATE" check --host-root "$root" --output json >"$tmp/out.json" || rc=$?
 [ "$rc" = 1 ] || { echo "FAIL: exit code $rc, want 1 (kvm-device fails without /dev/kvm)" >&2; exit 1; }
 jq --arg root "$root" --argjson want "$checks" '
-  [.checks[] | select(.check as $c | $want | index($c)) | del(.duration_seconds)]
+  [.checks[] | select(.check as $c | $want | index($c)) | del(.duration_seconds, .required, .blocks_gate, .runbook_url)]
   | walk(if type == "string" then gsub($root; "$ROOT") else . end)' "$tmp/out.json" >"$tmp/got.json"
 [ "$(jq length "$tmp/got.json")" = 9 ] || { echo "FAIL: not all 9 host checks ran" >&2; exit 1; }
 if [ -n "${NODEGATE_UPDATE_GOLDEN:-}" ]; then cp "$tmp/got.json" "$golden"; echo "updated $golden"; exit 0; fi
@@ -33,16 +33,19 @@ import json, sys
 lines = open(sys.argv[1]).read().splitlines()
 doc = json.load(open(sys.argv[2]))
 head = lines[0]
-cols = {k: head.index(k) for k in ("STATUS", "REASON", "MESSAGE")}
+cols = {k: head.index(k) for k in ("GATE", "STATUS", "REASON", "MESSAGE")}
 want = {c["check"]: c for c in doc["checks"]}
 rows = 0
-for line in lines[1:]:
-    if not line.strip() or line.startswith("vm gate"):
+footer = lines.index("")
+for line in lines[1:footer]:
+    if line.lstrip().startswith(("hint:", "runbook:")):
+        assert line.index(line.lstrip()) == cols["REASON"], f"hint/runbook not under REASON: {line!r}"
         continue
-    if line.lstrip().startswith("hint:"):
-        assert line.index("hint:") == cols["REASON"], f"hint not under REASON: {line!r}"
-        continue
-    name = line[:cols["STATUS"]].strip()
+    name = line[:cols["GATE"]].strip()
+    gate = line[cols["GATE"]:cols["STATUS"]].strip()
+    assert (gate == "req") == want[name]["required"], f"{name}: GATE {gate!r}, required {want[name]['required']}"
+    if want[name]["status"] != "PASS":
+        assert f"runbook: {want[name]['runbook_url']}" in "\n".join(lines), f"{name}: no runbook line"
     status = line[cols["STATUS"]:cols["REASON"]].strip()
     reason = line[cols["REASON"]:cols["MESSAGE"]].strip()
     assert line[cols["STATUS"] - 1] == " " and line[cols["REASON"] - 1] == " ", f"misaligned: {line!r}"
@@ -51,5 +54,13 @@ for line in lines[1:]:
     assert reason == want[name]["reason"], f"{name}: table {reason} json {want[name]['reason']}"
     rows += 1
 assert rows == len(want), f"{rows} rows for {len(want)} checks"
-print(f"ok: {rows} aligned rows")
+# The verdict names every blocker with its status and reason.
+tail = lines[footer + 1:]
+assert tail[0].startswith("GATE req: required by the gate policy"), tail
+assert tail[1] == ("vm gate: OPEN" if doc["gate"]["open"] else "vm gate: CLOSED"), tail
+blocked = [l for l in tail[2:] if l.startswith("  blocked by ")]
+assert len(blocked) == len(doc["gate"]["blockers"]) > 0, tail
+for b, l in zip(doc["gate"]["blockers"], blocked):
+    assert l.startswith(f"  blocked by {b}: {want[b]['status']} {want[b]['reason']}"), l
+print(f"ok: {rows} aligned rows, {len(blocked)} blockers named")
 PY

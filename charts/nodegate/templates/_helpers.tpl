@@ -13,6 +13,12 @@
 {{- end -}}
 {{- end -}}
 
+{{/* The namespace of every namespaced object (namespaceOverride: a parent chart installs this one
+     into another namespace than its own release's). */}}
+{{- define "nodegate.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "nodegate.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "nodegate.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -34,12 +40,21 @@ app.kubernetes.io/part-of: nodegate
 {{- end -}}
 {{- end -}}
 
+{{/* The image: repository (with global.imageRegistry in front when set), tag or digest. The
+     chart has no published default image: it refuses to render without one. */}}
 {{- define "nodegate.image" -}}
+{{- if not .Values.image.repository -}}
+{{- fail "image.repository is not set, and nodegate publishes no image to default to. Build one from this repository (tools/image/Dockerfile, e.g. `buildah bud -f tools/image/Dockerfile -t REGISTRY/nodegate:TAG .` or docker/podman build; docs/install.md, \"The image\"), push it to a registry your nodes pull from, then install with --set image.repository=REGISTRY/nodegate --set image.tag=TAG (or image.digest=sha256:...)" -}}
+{{- end -}}
+{{- $repo := .Values.image.repository -}}
+{{- with (.Values.global | default dict).imageRegistry -}}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo -}}
+{{- end -}}
 {{- $tag := default .Chart.AppVersion .Values.image.tag -}}
 {{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- printf "%s:%s" $repo $tag -}}
 {{- end -}}
 {{- end -}}
 
@@ -62,7 +77,7 @@ VirtualizationReady LocalStorageHealthy GuestDNSHealthy TimeSynchronized
 {{- if .Values.prometheusRule.jobLabel -}}
 {{- .Values.prometheusRule.jobLabel -}}
 {{- else if .Values.podMonitor.enabled -}}
-{{- printf "%s/%s" .Release.Namespace (include "nodegate.fullname" .) -}}
+{{- printf "%s/%s" (include "nodegate.namespace" .) (include "nodegate.fullname" .) -}}
 {{- else -}}
 {{- include "nodegate.fullname" . -}}
 {{- end -}}
@@ -73,11 +88,23 @@ VirtualizationReady LocalStorageHealthy GuestDNSHealthy TimeSynchronized
 {{- if semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version -}}true{{- end -}}
 {{- end -}}
 
-{{/* The agent's command line; test/chart runs exactly these arguments. */}}
+{{/* Settings the agent and a `nodegate check` run by hand in its container share (the CLI reads
+     them from the environment, agent/cli/options.h): one place, so both see the same host root,
+     policy file and lvm command. */}}
+{{- define "nodegate.env" -}}
+- name: NODEGATE_HOST_ROOT
+  value: /host
+- name: NODEGATE_CONFIG
+  value: /etc/nodegate/config.json
+- name: NODEGATE_LVM_COMMAND
+  value: {{ .Values.agent.lvmCommand | quote }}
+- name: NODEGATE_RUNBOOK_BASE_URL
+  value: {{ printf "%schecks/" .Values.prometheusRule.runbookBaseURL | quote }}
+{{- end -}}
+
+{{/* The agent's command line; test/chart runs exactly these arguments (with nodegate.env). */}}
 {{- define "nodegate.args" -}}
 - agent
-- --host-root=/host
-- --config=/etc/nodegate/config.json
 - {{ printf "--listen=0.0.0.0:%v" .Values.agent.metricsPort | quote }}
 - {{ printf "--debug-listen=127.0.0.1:%v" .Values.agent.debugPort | quote }}
 - {{ printf "--kube=%s" .Values.agent.kube | quote }}
@@ -86,7 +113,6 @@ VirtualizationReady LocalStorageHealthy GuestDNSHealthy TimeSynchronized
 {{- if .Values.agent.taint }}
 - --taint
 {{- end }}
-- {{ printf "--lvm-command=%s" .Values.agent.lvmCommand | quote }}
 - {{ printf "--resync=%v" .Values.agent.resync | quote }}
 - {{ printf "--dns-trace=%s" .Values.agent.dnsTrace | quote }}
 {{- range .Values.agent.dnsNetns }}
