@@ -20,7 +20,7 @@ BUILD_PKGS=(
 # Test peers and real parts the tests drive (see ENVIRONMENT.md).
 TEST_PKGS=(
   iproute2 nftables iptables dnsmasq bind9-dnsutils dnsperf tcpdump
-  dbus adjtimex lvm2 util-linux e2fsprogs kmod procps
+  dbus adjtimex lvm2 util-linux e2fsprogs kmod procps mmdebstrap umoci
   libvirt-clients prometheus-node-exporter
   python3 curl jq hyperfine openssl python3-yaml
   nodejs unzip

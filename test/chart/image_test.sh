@@ -9,6 +9,8 @@
 #     DaemonSet that `helm template` renders mounted where the chart mounts it, the capability set
 #     the chart grants (setpriv bounding set), and exactly the container args the chart renders;
 #     it must become ready (/readyz) and serve /metrics and the debug page.
+# With IMAGE_ROOTFS=DIR (test/chart/image_build_test.sh) steps 1-2 are skipped and the root is
+# DIR, an unpacked built image, with nothing of the host's /usr.
 # Root only (mount namespaces, chroot). Ports 19830/19831. Test values: the ports and dnsTrace=off.
 set -euo pipefail
 src=${NODEGATE_SRC:?}
@@ -29,6 +31,11 @@ cleanup() {
 trap cleanup EXIT
 root=$work/root
 
+if [ -n "${IMAGE_ROOTFS:-}" ]; then
+  # The root of a built image (test/chart/image_build_test.sh): its own /usr, nothing of the host's.
+  root=$IMAGE_ROOTFS
+  [ -x "$root/usr/local/bin/nodegate" ] || { echo "FAIL: the image has no /usr/local/bin/nodegate" >&2; exit 1; }
+else
 # 1. Staging root.
 DESTDIR=$root cmake --install "$build" --prefix /usr/local >/dev/null
 install -D -m 0755 "$src/tools/image/nodegate-cleanup" "$root/usr/local/bin/nodegate-cleanup"
@@ -62,6 +69,7 @@ while read -r lib; do
   esac
 done < <(objdump -p "$root/usr/local/bin/nodegate" | awk '$1 == "NEEDED" {print $2}')
 [ "$missing" = 0 ]
+fi
 
 # 3. The DaemonSet as helm renders it, on test ports.
 # dnsTrace off: a tracer here would attach to the namespaces of the DNS tests running beside it.
@@ -118,15 +126,20 @@ cat >"$work/inner.sh" <<'INNER'
 #!/usr/bin/env bash
 # Runs inside `unshare -m`: builds the container's view and starts the agent.
 set -euo pipefail
-work=$1 root=$1/root
-mkdir -p "$root"/{proc,sys,dev,tmp,etc,usr/bin,usr/sbin,usr/lib,usr/lib64,usr/share}
-for d in bin sbin lib lib64; do ln -sfn "usr/$d" "$root/$d"; done
-cp -a /etc/ld.so.cache /etc/passwd /etc/group /etc/nsswitch.conf /etc/hosts "$root/etc/"
+work=$1 root=$2
+if [ "$3" = staged ]; then
+  mkdir -p "$root"/{proc,sys,dev,tmp,etc,usr/bin,usr/sbin,usr/lib,usr/lib64,usr/share}
+  for d in bin sbin lib lib64; do ln -sfn "usr/$d" "$root/$d"; done
+  cp -a /etc/ld.so.cache /etc/passwd /etc/group /etc/nsswitch.conf /etc/hosts "$root/etc/"
+fi
+mkdir -p "$root"/{proc,sys,dev,tmp}
 mount --bind "$root" "$root"
-# The Debian layer of the image: the host's /usr, read-only.
-for d in usr/bin usr/sbin usr/lib usr/lib64 usr/share; do
-  mount --bind "/$d" "$root/$d" && mount -o remount,bind,ro "$root/$d"
-done
+if [ "$3" = staged ]; then
+  # The Debian layer of the image: the host's /usr, read-only.
+  for d in usr/bin usr/sbin usr/lib usr/lib64 usr/share; do
+    mount --bind "/$d" "$root/$d" && mount -o remount,bind,ro "$root/$d"
+  done
+fi
 # What every container gets from its runtime.
 mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys" && mount -o remount,bind,ro "$root/sys"
@@ -163,7 +176,9 @@ chroot "$root" /usr/bin/setpriv --bounding-set "-all,$(cat "$work/caps")" --inh-
 echo $! >"$work/agent.pid"
 wait
 INNER
-unshare -m --propagation private bash "$work/inner.sh" "$work" &
+mode=staged
+if [ -n "${IMAGE_ROOTFS:-}" ]; then mode=image; fi
+unshare -m --propagation private bash "$work/inner.sh" "$work" "$root" "$mode" &
 inner=$!
 
 ready=0

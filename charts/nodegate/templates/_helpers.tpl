@@ -44,7 +44,7 @@ app.kubernetes.io/part-of: nodegate
      chart has no published default image: it refuses to render without one. */}}
 {{- define "nodegate.image" -}}
 {{- if not .Values.image.repository -}}
-{{- fail "image.repository is not set, and nodegate publishes no image to default to. Build one from this repository (tools/image/Dockerfile, e.g. `buildah bud -f tools/image/Dockerfile -t REGISTRY/nodegate:TAG .` or docker/podman build; docs/install.md, \"The image\"), push it to a registry your nodes pull from, then install with --set image.repository=REGISTRY/nodegate --set image.tag=TAG (or image.digest=sha256:...)" -}}
+{{- fail "image.repository is not set, and nodegate publishes no image to default to. Build one from this repository: `tools/image/build.sh BUILD_DIR OUT_DIR` (Debian's mmdebstrap and umoci, no container engine) or tools/image/Dockerfile with buildah, podman or docker (docs/install.md, \"The image\"), push it to a registry your nodes pull from, then install with --set image.repository=REGISTRY/nodegate --set image.tag=TAG (or image.digest=sha256:...)" -}}
 {{- end -}}
 {{- $repo := .Values.image.repository -}}
 {{- with (.Values.global | default dict).imageRegistry -}}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The real image, built with Debian's tools (tools/image/build.sh: mmdebstrap + umoci, packages
+# from Debian's archive) from this build, unpacked again with umoci, and its own binary run from
+# its own root by image_test.sh: chart mounts, capabilities and arguments, until /readyz, /metrics
+# and the page answer. Root and Debian's archive needed (CI has both). About 2.5 min, most of it
+# mmdebstrap downloading and unpacking ~45 MB of packages.
+set -euo pipefail
+src=${NODEGATE_SRC:?}
+build=${NODEGATE_BUILD:?}
+if [ "$(id -u)" != 0 ]; then echo "SKIP: needs root for mmdebstrap --mode=root and unshare"; exit 77; fi
+for t in mmdebstrap umoci; do
+  command -v "$t" >/dev/null || { echo "FAIL: $t is missing (tools/install-deps.sh)" >&2; exit 1; }
+done
+out=$build/test-chart/image
+trap 'rm -rf "$out/bundle"' EXIT
+bash "$src/tools/image/build.sh" "$build" "$out" test
+umoci unpack --image "$out/oci:test" "$out/bundle" >/dev/null
+cfg=$(find "$out/bundle" -maxdepth 1 -name config.json)
+entry=$(jq -r '.process.args | join(" ")' "$cfg")
+[ "$entry" = "/usr/local/bin/nodegate agent --host-root=/host" ] || { echo "FAIL: the image runs '$entry'" >&2; exit 1; }
+echo "ok   the image's entrypoint: $entry"
+# The image holds no apt state and no host files: only packages' contents and ours.
+[ -z "$(ls -A "$out/bundle/rootfs/var/lib/apt/lists" 2>/dev/null)" ] || { echo "FAIL: apt lists in the image" >&2; exit 1; }
+IMAGE_ROOTFS=$out/bundle/rootfs bash "$src/test/chart/image_test.sh"

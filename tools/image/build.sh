@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds the nodegate OCI image with Debian's own tools, no container engine and no registry but
+# Debian's: mmdebstrap makes the root from Debian 12 packages (the Dockerfile's RUNTIME_PKGS), the
+# build's `cmake --install` output and the cleanup hook's script go on top, and umoci writes an
+# OCI image layout. Reproducible: the package set is pinned by the suite's state, every timestamp
+# is SOURCE_DATE_EPOCH (default: the last commit's time), apt's caches and logs are left out.
+#
+#   tools/image/build.sh BUILD_DIR OUT_DIR [TAG]     (root; BUILD_DIR: a configured cmake build)
+#
+# Result: OUT_DIR/oci (an OCI image layout, tag TAG, default the version in Chart.yaml's appVersion)
+# and OUT_DIR/rootfs.tar. Push it with `skopeo copy oci:OUT_DIR/oci:TAG docker://REGISTRY/nodegate:TAG`.
+# test/chart/image_build_test.sh builds it and runs the image's own binary.
+set -euo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:?usage: build.sh BUILD_DIR OUT_DIR [TAG]}
+out=${2:?usage: build.sh BUILD_DIR OUT_DIR [TAG]}
+tag=${3:-$(awk -F'"' '$1 == "appVersion: " {print $2}' "$src/charts/nodegate/Chart.yaml")}
+for t in mmdebstrap umoci cmake python3; do
+  command -v "$t" >/dev/null || { echo "build.sh: $t is missing (apt-get install mmdebstrap umoci)" >&2; exit 1; }
+done
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$src" log -1 --format=%ct 2>/dev/null || echo 0)}
+pkgs=$(python3 - "$src/tools/image/Dockerfile" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read().replace("\\\n", " ")
+print(",".join(re.search(r'ARG RUNTIME_PKGS="([^"]*)"', text).group(1).split()))
+PY
+)
+rm -rf "$out" && mkdir -p "$out/staging"
+DESTDIR="$out/staging" cmake --install "$build" --prefix /usr/local --strip >/dev/null
+install -D -m 0755 "$src/tools/image/nodegate-cleanup" "$out/staging/usr/local/bin/nodegate-cleanup"
+
+# The root: Debian's essential set plus the runtime packages, the staged tree copied in by a hook,
+# apt's lists, caches and logs removed so that only package contents and our files remain.
+mmdebstrap --quiet --variant=essential --include="$pkgs" --mode=root \
+  --customize-hook="cp -a '$out/staging/.' \"\$1/\"" \
+  --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/* "$1"/var/cache/ldconfig/aux-cache' \
+  bookworm "$out/rootfs.tar"
+
+# The OCI layout: one layer from the root, the chart's entrypoint, timestamps clamped.
+umoci init --layout "$out/oci"
+umoci new --image "$out/oci:$tag"
+umoci unpack --rootless --image "$out/oci:$tag" "$out/bundle" >/dev/null 2>&1 || umoci unpack --image "$out/oci:$tag" "$out/bundle" >/dev/null
+tar -xpf "$out/rootfs.tar" -C "$out/bundle/rootfs" --numeric-owner
+find "$out/bundle/rootfs" -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + 2>/dev/null || true
+created=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
+umoci repack --image "$out/oci:$tag" --history.created "$created" --history.created_by "tools/image/build.sh" "$out/bundle"
+umoci config --image "$out/oci:$tag" --created "$created" --history.created "$created" \
+  --config.entrypoint /usr/local/bin/nodegate --config.cmd agent --config.cmd --host-root=/host \
+  --config.env PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin
+umoci gc --layout "$out/oci"
+rm -rf "$out/bundle" "$out/staging"
+echo "image $out/oci:$tag ($(du -sh "$out/oci" | cut -f1))"
