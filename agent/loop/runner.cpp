@@ -360,27 +360,8 @@ void Runner::runCycle(std::uint32_t bits) {
   auto now = std::chrono::system_clock::now();
   bool any = false;
   auto apply = [&](const CheckResult& r) {
-    Status before = Status::Unknown;
-    std::string before_reason;
-    if (auto* cur = snapshot_->find(r.check)) {
-      before = cur->result.status;
-      before_reason = cur->result.reason;
-    }
-    bool changed = state_.apply(r, now, dampingFor(*cfg, r.check));
+    record(r, now, *cfg);
     any = true;
-    // "changed" at info only for a new verdict (status or reason): a message that carries a
-    // measurement ("unsynchronised for 17 min") differs at every run and is debug detail.
-    const auto* now_published = state_.find(r.check);
-    if (changed && now_published &&
-        (now_published->result.status != before || now_published->result.reason != before_reason))
-      log::info("check result changed",
-                {{"check", r.check},
-                 {"status", std::string(toString(now_published->result.status))},
-                 {"previous", std::string(toString(before))},
-                 {"reason", r.reason},
-                 {"previous_reason", before_reason}});
-    else if (changed)
-      log::debug("check details changed", {{"check", r.check}, {"message", r.message}});
   };
   for (const auto& r : immediate) apply(r);
   for (auto& j : jobs) apply(*j.result);
@@ -398,6 +379,29 @@ void Runner::runCycle(std::uint32_t bits) {
   ++cycles_;
   if (cycles_total_) cycles_total_->Increment();
   publish(snap);
+}
+
+void Runner::record(const CheckResult& r, std::chrono::system_clock::time_point now,
+                    const Config& cfg) {
+  Status before = Status::Unknown;
+  std::string before_reason;
+  if (auto* cur = snapshot_->find(r.check)) {
+    before = cur->result.status;
+    before_reason = cur->result.reason;
+  }
+  const bool changed = state_.apply(r, now, dampingFor(cfg, r.check));
+  // "changed" at info only for a new verdict (status or reason): a message that carries a
+  // measurement ("unsynchronised for 17 min") differs at every run and is debug detail.
+  const auto* published = state_.find(r.check);
+  if (changed && published &&
+      (published->result.status != before || published->result.reason != before_reason))
+    log::info("check result changed", {{"check", r.check},
+                                       {"status", std::string(toString(published->result.status))},
+                                       {"previous", std::string(toString(before))},
+                                       {"reason", r.reason},
+                                       {"previous_reason", before_reason}});
+  else if (changed)
+    log::debug("check details changed", {{"check", r.check}, {"message", r.message}});
 }
 
 void Runner::publish(std::shared_ptr<const Snapshot> snap) {

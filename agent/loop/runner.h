@@ -95,6 +95,9 @@ class Runner {
   void loop();
   std::chrono::duration<double> jitteredResync();
   void publish(std::shared_ptr<const Snapshot> snap);
+  // Applies one run's result to the state and logs a new verdict (cycle_mu_ held).
+  void record(const CheckResult& result, std::chrono::system_clock::time_point now,
+              const Config& config);
 
   HostRoot host_;
   RunnerOptions options_;

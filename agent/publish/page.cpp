@@ -230,32 +230,8 @@ void renderCheckBody(std::string& out, const CheckState& st,
   renderHistory(out, st, now);
 }
 
-}  // namespace
-
-std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSections& sections) {
-  auto now = std::chrono::system_clock::now();
-  // The policy in force when the snapshot was taken (a SIGHUP reload changes it).
-  std::set<std::string> required(snap.gate_required.begin(), snap.gate_required.end());
-  std::string out;
-  out.reserve(16 * 1024);
-  out +=
-      "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-      "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
-      "<meta http-equiv=\"refresh\" content=\"" +
-      std::to_string(info.refresh_seconds) +
-      "\">"
-      "<title>nodegate " +
-      htmlEscape(info.node) + ": " +
-      (!snap.complete   ? "starting"
-       : snap.gate_open ? "VM gate open"
-                        : "VM gate CLOSED") +
-      "</title><style>" + kStyle + "</style></head><body>\n";
-  out += "<header><h1>nodegate &middot; " + htmlEscape(info.node) +
-         "</h1><span class=\"meta\">version " + htmlEscape(info.version) + " &middot; state of " +
-         timeTag(snap.taken, now) + " &middot; refreshes every " +
-         std::to_string(info.refresh_seconds) + " s</span></header>\n<main>\n";
-
-  // The verdict: the one question this page answers.
+// The verdict: the one question this page answers, naming what blocks the gate.
+void renderVerdict(std::string& out, const Snapshot& snap) {
   std::map<std::string, const CheckResult*> result_of;
   for (const auto& c : snap.checks) result_of[c.result.check] = &c.result;
   if (!snap.complete) {
@@ -285,6 +261,34 @@ std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSec
     }
     out += "</div></div>\n";
   }
+}
+
+}  // namespace
+
+std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSections& sections) {
+  auto now = std::chrono::system_clock::now();
+  // The policy in force when the snapshot was taken (a SIGHUP reload changes it).
+  std::set<std::string> required(snap.gate_required.begin(), snap.gate_required.end());
+  std::string out;
+  out.reserve(16 * 1024);
+  out +=
+      "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+      "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+      "<meta http-equiv=\"refresh\" content=\"" +
+      std::to_string(info.refresh_seconds) +
+      "\">"
+      "<title>nodegate " +
+      htmlEscape(info.node) + ": " +
+      (!snap.complete   ? "starting"
+       : snap.gate_open ? "VM gate open"
+                        : "VM gate CLOSED") +
+      "</title><style>" + kStyle + "</style></head><body>\n";
+  out += "<header><h1>nodegate &middot; " + htmlEscape(info.node) +
+         "</h1><span class=\"meta\">version " + htmlEscape(info.version) + " &middot; state of " +
+         timeTag(snap.taken, now) + " &middot; refreshes every " +
+         std::to_string(info.refresh_seconds) + " s</span></header>\n<main>\n";
+
+  renderVerdict(out, snap);
 
   int counts[4] = {0, 0, 0, 0};  // indexed by severity(): PASS, WARN, UNKNOWN, FAIL
   for (const auto& c : snap.checks) counts[severity(c.result.status)]++;
