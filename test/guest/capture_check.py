@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
 """Holds the DNS tracer's traces against tcpdump captures of the same run, hop by hop.
 
-usage: capture_check.py TRACES.json HOP=FILE.pcap ... [--tolerance-ms MS]
+usage: capture_check.py TRACES.json --window START END HOP=FILE.pcap ... [--tolerance-ms MS]
 
-TRACES.json is /api/v1/dns/traces output (the traces of one scenario). Each HOP=FILE is a
-capture (tcpdump -w, nanosecond or microsecond pcap, Ethernet) of the device the tracer calls HOP.
-For every DNS message key of the traces (id, question name, qtype, transport) and every captured
-hop, the tracer's number of query and response sightings must equal the number of DNS packets
-the capture holds for that key within the traces' time window; where a hop saw one query and one
-response, the tracer's latency there must agree with the capture's within the tolerance
-(default 2 ms: the two stamp the same packets a few calls apart in the kernel).
-Prints one line per hop; exit 1 on any disagreement.
+TRACES.json is /api/v1/dns/traces output (the traces of one scenario), START and END the
+scenario's wall-clock bounds (seconds since the epoch). Each HOP=FILE is a capture (tcpdump -w,
+nanosecond or microsecond pcap, Ethernet) of the device the tracer calls HOP. For every DNS
+message key (id, question name, qtype, transport) of the traces or of the captures' packets within
+the window, and every captured hop, the tracer's number of query and response sightings must
+equal the number of DNS packets the capture holds: a message the tracer missed counts as much as
+one it invented. Where a hop saw one query and one response, the tracer's latency there must
+agree with the capture's within the tolerance (default 2 ms: the two stamp the same packets a few
+calls apart in the kernel). Prints one line per hop; exit 1 on any disagreement.
 """
-import datetime
 import json
 import struct
 import sys
@@ -108,11 +108,6 @@ def dns_packets(path):
             yield ts, (mid, qname, qtype, transport), qr
 
 
-def wall(t):
-    return datetime.datetime.strptime(t, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-        tzinfo=datetime.timezone.utc).timestamp()
-
-
 def main():
     args = sys.argv[1:]
     tol = 0.002
@@ -120,26 +115,30 @@ def main():
         i = args.index("--tolerance-ms")
         tol = float(args[i + 1]) / 1000
         del args[i:i + 2]
+    if "--window" not in args:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    i = args.index("--window")
+    lo, hi = float(args[i + 1]), float(args[i + 2])
+    del args[i:i + 3]
     if len(args) < 2:
         print(__doc__.strip(), file=sys.stderr)
         return 2
     traces = json.load(open(args[0]))["traces"]
-    if not traces:
-        print("capture: no traces to compare")
-        return 1
     key = lambda t: (t["id"], t["qname"].rstrip(".").lower(), t["qtype"], t["transport"])
-    keys = {key(t) for t in traces}
-    # The window: the traces' first sightings (wall clock, ms) to the end of the longest query
-    # timeout the agent may still have waited.
-    lo = min(wall(t["time"]) for t in traces) - 1.0
-    hi = max(wall(t["time"]) for t in traces) + 15.0
-    bad = 0
+    packets = {}  # hop -> {(key, response): [ts...]} within the window
     for spec in args[1:]:
         hop, path = spec.split("=", 1)
-        seen = {}  # (key, response) -> [ts...]
+        seen = packets.setdefault(hop, {})
         for ts, k, resp in dns_packets(path):
-            if k in keys and lo <= ts <= hi:
+            if lo <= ts <= hi:
                 seen.setdefault((k, resp), []).append(ts)
+    keys = {key(t) for t in traces} | {k for seen in packets.values() for k, _ in seen}
+    if not keys:
+        print("capture: no DNS message in the window, none traced")
+        return 0
+    bad = 0
+    for hop, seen in packets.items():
         counts = {"query": [0, 0], "response": [0, 0]}  # tracer, capture
         diffs, mismatch = [], []
         for k in sorted(keys, key=str):

@@ -60,11 +60,26 @@ kubevirt_dhcp_start() {
     --dhcp-option=option:domain-name,$domain --dhcp-option=option:mtu,$mtu \
     --dhcp-leasefile=$TMP/dhcp.leases --pid-file=$TMP/dhcp.pid --log-dhcp \
     --log-facility=$TMP/dhcp.log &
-  PIDS+=($!)
+  DHCP_PID=$!
+  PIDS+=($DHCP_PID)
   # What the guest must end up with: KubeVirt's view of the same file.
   { [ -z "$search" ] || echo "search ${search//,/ }"
     for s in ${ns//,/ }; do echo "nameserver $s"; done
   } > $TMP/guest-resolv.expected
+}
+
+# pod_resolv_set CONTENT: the launcher pod's resolv.conf becomes CONTENT (another dnsPolicy or
+# dnsConfig, a NodeLocal DNSCache address): the DHCP server restarts with what KubeVirt derives
+# from it, and the guest takes a new lease (as a VM started with that pod would). Checks that the
+# guest's resolv.conf is then what KubeVirt's DHCP gives.
+pod_resolv_set() {
+  POD_RESOLV=$1
+  stop_pid $DHCP_PID
+  kubevirt_dhcp_start
+  guest_run vm 30 'udhcpc -i eth0 -s /etc/ng/udhcpc.script -q -n -t 10 -T 1 -O search -O mtu >/dev/null 2>&1 && cat /etc/resolv.conf' \
+    > $TMP/guest-resolv.conf 2>&1 || true
+  check "${SCEN:-setup}: the guest's new lease gives the pod's DNS settings" \
+    diff -u $TMP/guest-resolv.expected $TMP/guest-resolv.conf
 }
 
 # dns_capture_start: tcpdump on every hop device (DNS over UDP and TCP), nanosecond stamps.
@@ -139,13 +154,16 @@ dns_server_other() {
   echo "FAIL: $* does not listen on 10.244.0.3:53"; return 1
 }
 
+# The newest trace's seq (traces are listed as they finish: an unanswered query finishes after
+# later answered ones, so the last listed is not always the newest).
 seq_now() {
-  api "/api/v1/dns/traces?limit=1" | python3 -c 'import json,sys; t=json.load(sys.stdin)["traces"]; print(t[-1]["seq"] if t else 0)'
+  api "/api/v1/dns/traces" | python3 -c 'import json,sys; print(max((t["seq"] for t in json.load(sys.stdin)["traces"]), default=0))'
 }
 
 scenario() {  # NAME DESCRIPTION
   SCEN=$1 SCEN_N=0
   SCEN_AFTER=$(seq_now)
+  SCEN_T0=$(date +%s.%N)
   echo "--- scenario $1: $2"
 }
 
@@ -187,8 +205,12 @@ end_scenario() {
   local caps=() spec
   for spec in $HOP_DEVICES; do caps+=("${spec%%=*}=$TMP/cap-${spec%%=*}.pcap"); done
   check "$SCEN: tracer's packets per hop and latencies agree with tcpdump on every hop" \
-    python3 $GUEST_SRC/capture_check.py --tolerance-ms 1 $TMP/$SCEN.json "${caps[@]}"
+    python3 $GUEST_SRC/capture_check.py --tolerance-ms 1 --window $SCEN_T0 $(date +%s.%N) \
+    $TMP/$SCEN.json "${caps[@]}"
 }
+
+# nft_in NETNS RULESET: load an nftables ruleset (text, nft -f syntax) in a netns of the path.
+nft_in() { printf '%s\n' "$2" | ip netns exec "$1" nft -f -; }
 
 # captured DEVICE TEXT...: some packet tcpdump captured there reads (tcpdump -nn) with every TEXT.
 captured() {
