@@ -200,7 +200,10 @@ eff=$(awk '/^CapEff/ {print $2}' "/proc/$agent/status")
 want=$(setpriv --bounding-set "-all,$(cat "$work/caps")" grep CapBnd /proc/self/status | awk '{print $2}')
 [ "$eff" = "$want" ] || { echo "FAIL: the agent holds capabilities $eff, the chart grants $want" >&2; exit 1; }
 echo "ok   capabilities $eff"
-curl -sf http://127.0.0.1:19830/metrics | grep -q '^nodegate_build_info' || { echo "FAIL: no nodegate_build_info in /metrics" >&2; exit 1; }
+# Into a file first: under pipefail, grep -q leaving at the first match makes curl fail with
+# SIGPIPE (exit 23) once the scrape is larger than the pipe buffer.
+curl -sf http://127.0.0.1:19830/metrics > "$work/metrics" || { echo "FAIL: /metrics did not answer" >&2; exit 1; }
+grep -q '^nodegate_build_info' "$work/metrics" || { echo "FAIL: no nodegate_build_info in /metrics" >&2; exit 1; }
 echo "ok   /metrics"
 curl -sf -o /dev/null http://127.0.0.1:19831/ || { echo "FAIL: the debug page on 127.0.0.1:19831 does not answer" >&2; exit 1; }
 echo "ok   debug page"

@@ -13,7 +13,9 @@ tgz=$out/nodegate-$version.tgz
 grep -q "https://charts.example/nodegate/nodegate-$version.tgz" "$out/index.yaml" \
   || { cat "$out/index.yaml" >&2; echo "FAIL: index.yaml does not list nodegate-$version.tgz" >&2; exit 1; }
 helm=$("$src/tools/helm.sh")
-"$helm" template nodegate "$tgz" --set image.repository=r/nodegate | grep -q '^kind: DaemonSet' \
+# Rendered into a file: grep -q leaving early would fail helm with SIGPIPE under pipefail.
+"$helm" template nodegate "$tgz" --set image.repository=r/nodegate > "$out/rendered.yaml"
+grep -q '^kind: DaemonSet' "$out/rendered.yaml" \
   || { echo "FAIL: the packaged chart does not render a DaemonSet" >&2; exit 1; }
 if "$helm" template nodegate "$tgz" --set image.repository=r/nodegate --set agent.kube=sometimes >/dev/null 2>&1; then
   echo "FAIL: the packaged chart lost its values.schema.json" >&2; exit 1
