@@ -25,22 +25,22 @@ CheckResult evaluateHugepages(const HugepagesObservation& o) {
   const auto size = std::to_string(o.want_size_kb) + "kB";
   CheckResult r;
   if (o.min_free == 0) {
-    r = makeResult("hugepages", Status::Pass, o.readable ? "Reported" : "HugepagesUnsupported",
+    r = makeResult(kHugepagesCheck, Status::Pass, o.readable ? "Reported" : "HugepagesUnsupported",
                    o.readable ? "huge pages reported; the policy asks for none"
                               : "the kernel shows no huge page pools; the policy asks for none");
   } else if (!o.readable) {
-    r = makeResult("hugepages", Status::Warn, "HugepagesUnsupported",
+    r = makeResult(kHugepagesCheck, Status::Warn, "HugepagesUnsupported",
                    "policy asks for " + std::to_string(o.min_free) + " free " + size +
                        " pages but the kernel shows no huge page pools",
                    "enable CONFIG_HUGETLBFS, or check that the host's /sys is mounted");
   } else if (!want || want->free < o.min_free) {
-    r = makeResult("hugepages", Status::Warn, "NotEnoughFreeHugepages",
+    r = makeResult(kHugepagesCheck, Status::Warn, "NotEnoughFreeHugepages",
                    std::to_string(want ? want->free : 0) + " free " + size +
                        " pages, policy asks for " + std::to_string(o.min_free),
                    "reserve more: sysctl vm.nr_hugepages=N (default page size), or hugepagesz= "
                    "hugepages= on the kernel command line, or the pool's nr_hugepages in sysfs");
   } else {
-    r = makeResult("hugepages", Status::Pass, "EnoughFreeHugepages",
+    r = makeResult(kHugepagesCheck, Status::Pass, "EnoughFreeHugepages",
                    std::to_string(want->free) + " free " + size +
                        " pages (policy: " + std::to_string(o.min_free) + ")");
   }
@@ -66,8 +66,8 @@ CheckResult evaluateHugepages(const HugepagesObservation& o) {
 
 CheckResult HugepagesProbe::run(const ProbeContext& ctx) {
   HugepagesObservation o;
-  double min_free = ctx.config.number("hugepages", "min_free", 0);
-  double size_kb = ctx.config.number("hugepages", "page_size_kb", 2048);
+  double min_free = ctx.config.number(kHugepagesMinFreeSetting);
+  double size_kb = ctx.config.number(kHugepagesPageSizeSetting);
   o.min_free = min_free > 0 ? static_cast<std::uint64_t>(min_free) : 0;
   o.want_size_kb = size_kb > 0 ? static_cast<std::uint64_t>(size_kb) : 2048;
   std::error_code ec;

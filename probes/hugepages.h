@@ -30,9 +30,26 @@ struct HugepagesObservation {
 
 CheckResult evaluateHugepages(const HugepagesObservation& obs);
 
+inline constexpr char kHugepagesCheck[] = "hugepages";
+inline const SettingSpec kHugepagesMinFreeSetting =
+    integerSetting(kHugepagesCheck, "min_free", 0, 0, 1e9,
+                   "free huge pages of page_size_kb wanted (0: report only)");
+inline const SettingSpec kHugepagesPageSizeSetting =
+    integerSetting(kHugepagesCheck, "page_size_kb", 2048, 4, 16 * 1024 * 1024,
+                   "huge page size min_free counts, KiB");
+inline const ProbeSpec kHugepagesSpec{
+    .name = kHugepagesCheck,
+    .summary =
+        "huge pages reported (<sys>/kernel/mm/hugepages); WARN when fewer than min_free are free",
+    .triggers = kTriggerTimer,
+    .condition = "",
+    .default_required = false,
+    .settings = {&kHugepagesMinFreeSetting, &kHugepagesPageSizeSetting},
+};
+
 class HugepagesProbe final : public Probe {
  public:
-  std::string_view name() const override { return "hugepages"; }
+  const ProbeSpec& spec() const override { return kHugepagesSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 };
 

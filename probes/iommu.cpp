@@ -45,18 +45,18 @@ CheckResult evaluateIommu(const IommuObservation& o) {
                          : "enable VT-d / AMD-Vi in the firmware setup and boot with "
                            "intel_iommu=on (Intel) or amd_iommu=on, plus iommu=pt";
   if (active) {
-    r = makeResult("iommu", Status::Pass, "IommuActive",
+    r = makeResult(kIommuCheck, Status::Pass, "IommuActive",
                    "IOMMU active with " + std::to_string(o.groups) + " groups");
   } else if (o.groups < 0 && o.iommu_units < 0 && o.required) {
-    r = makeResult("iommu", Status::Unknown, "SysfsUnreadable",
+    r = makeResult(kIommuCheck, Status::Unknown, "SysfsUnreadable",
                    "cannot read the IOMMU sysfs directories",
                    "check that the host's /sys is mounted (--host-root / --path.sysfs)");
   } else if (o.required) {
-    r = makeResult("iommu", Status::Fail, "IommuInactive",
+    r = makeResult(kIommuCheck, Status::Fail, "IommuInactive",
                    "policy requires an IOMMU (passthrough) but the kernel has no IOMMU groups",
                    hint);
   } else {
-    r = makeResult("iommu", Status::Pass, "IommuInactive",
+    r = makeResult(kIommuCheck, Status::Pass, "IommuInactive",
                    "no IOMMU groups; the policy does not require passthrough");
   }
   r.labels["iommu"] = active ? "true" : "false";
@@ -73,7 +73,7 @@ CheckResult evaluateIommu(const IommuObservation& o) {
 
 CheckResult IommuProbe::run(const ProbeContext& ctx) {
   IommuObservation o;
-  o.required = ctx.config.flag("iommu", "required", false);
+  o.required = ctx.config.flag(kIommuRequiredSetting);
   o.iommu_units = countEntries(ctx.host.sys("class/iommu"));
   o.groups = countEntries(ctx.host.sys("kernel/iommu_groups"));
   // Absent directories in a readable sysfs mean a kernel without IOMMU support: zero, not

@@ -23,9 +23,22 @@ struct IommuObservation {
 
 CheckResult evaluateIommu(const IommuObservation& obs);
 
+inline constexpr char kIommuCheck[] = "iommu";
+inline const SettingSpec kIommuRequiredSetting =
+    flagSetting(kIommuCheck, "required", false, "FAIL when no IOMMU is active (passthrough nodes)");
+inline const ProbeSpec kIommuSpec{
+    .name = kIommuCheck,
+    .summary =
+        "IOMMU groups present (<sys>/kernel/iommu_groups) as a label; FAIL only when required",
+    .triggers = kTriggerTimer,
+    .condition = "",
+    .default_required = false,
+    .settings = {&kIommuRequiredSetting},
+};
+
 class IommuProbe final : public Probe {
  public:
-  std::string_view name() const override { return "iommu"; }
+  const ProbeSpec& spec() const override { return kIommuSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 };
 

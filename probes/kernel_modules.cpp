@@ -157,7 +157,7 @@ std::string whereFound(const ModulesObservation& o, const std::string& name) {
 
 CheckResult evaluateKernelModules(const ModulesObservation& o) {
   if (!o.loaded) {
-    return makeResult("kernel-modules", Status::Unknown, "ModulesUnreadable", o.loaded_error,
+    return makeResult(kKernelModulesCheck, Status::Unknown, "ModulesUnreadable", o.loaded_error,
                       "check that the host's /proc is mounted (--host-root / --path.procfs)");
   }
   std::vector<Evidence> ev;
@@ -203,17 +203,17 @@ CheckResult evaluateKernelModules(const ModulesObservation& o) {
       msg += std::string(msg.empty() ? "" : "; ") +
              "no KVM backend can load: the CPU exposes no vmx/svm";
     if (!missing_optional.empty()) msg += "; recommended: " + missing_optional;
-    r = makeResult("kernel-modules", Status::Fail, "ModulesMissing", msg, hint);
+    r = makeResult(kKernelModulesCheck, Status::Fail, "ModulesMissing", msg, hint);
   } else if (!undecided.empty()) {
-    r = makeResult("kernel-modules", Status::Unknown, "BuiltinListUnreadable",
+    r = makeResult(kKernelModulesCheck, Status::Unknown, "BuiltinListUnreadable",
                    "not loaded, and cannot tell whether built in: " + undecided,
                    "mount the host's /lib/modules (--path.rootfs) so modules.builtin of release " +
                        (o.release.empty() ? std::string("?") : o.release) + " can be read");
   } else if (!missing_optional.empty()) {
-    r = makeResult("kernel-modules", Status::Warn, "RecommendedModulesMissing",
+    r = makeResult(kKernelModulesCheck, Status::Warn, "RecommendedModulesMissing",
                    "recommended modules missing: " + missing_optional, hint);
   } else {
-    r = makeResult("kernel-modules", Status::Pass, "ModulesPresent",
+    r = makeResult(kKernelModulesCheck, Status::Pass, "ModulesPresent",
                    "every module KubeVirt needs is loaded or built in");
   }
   r.evidence = std::move(ev);

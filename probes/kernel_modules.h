@@ -66,10 +66,19 @@ bool noBackendPossible(const ModulesObservation& obs);
 
 CheckResult evaluateKernelModules(const ModulesObservation& obs);
 
+inline constexpr char kKernelModulesCheck[] = "kernel-modules";
+inline const ProbeSpec kKernelModulesSpec{
+    .name = kKernelModulesCheck,
+    .summary = "kvm and its backend loaded or built in (<proc>/modules, modules.builtin)",
+    .triggers = kTriggerTimer | kTriggerUdevMisc,
+    .condition = "VirtualizationReady",
+    .default_required = true,
+    .settings = {},
+};
+
 class KernelModulesProbe final : public Probe {
  public:
-  std::string_view name() const override { return "kernel-modules"; }
-  std::uint32_t triggers() const override { return kTriggerTimer | kTriggerUdevMisc; }
+  const ProbeSpec& spec() const override { return kKernelModulesSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 };
 

@@ -18,7 +18,7 @@ namespace nodegate {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr const char* kCheck = "local-pv";
+constexpr const char* kCheck = kLocalPvCheck;
 // A node runs a few hundred pods at most; the walk stops well above that so a corrupt or
 // hostile kubelet dir cannot make one cycle unbounded.
 constexpr std::size_t kMaxEntries = 20000;
@@ -115,7 +115,7 @@ std::string firstNames(const std::vector<std::string>& names, std::size_t n) {
 }  // namespace
 
 Result<PvListing> KubeletDirPvSource::list(const HostRoot& host, const Config& cfg) {
-  const std::string kubelet = cfg.text("local-pv", "kubelet_dir", "/var/lib/kubelet");
+  const std::string kubelet = cfg.text(kLocalPvKubeletDirSetting);
   const std::string pods_host = kubelet + "/pods";
   std::error_code ec;
   if (!fs::is_directory(host.root(pods_host), ec))
@@ -205,12 +205,11 @@ FsUsage fsUsageOf(const struct statvfs& st) {
 
 LocalPvPolicy localPvPolicy(const Config& cfg) {
   LocalPvPolicy p;
-  p.used_warn = cfg.number("local-pv", "used_warn_percent", p.used_warn);
-  p.used_fail = cfg.number("local-pv", "used_fail_percent", p.used_fail);
-  p.volume_group = cfg.text("local-pv", "volume_group", cfg.text("lvm", "volume_group", ""));
-  p.expected_read_only = cfg.list("local-pv", "expected_read_only", {});
-  p.max_pv_series =
-      static_cast<std::size_t>(std::max(0.0, cfg.number("local-pv", "max_pv_series", 512)));
+  p.used_warn = cfg.number(kLocalPvUsedWarnSetting);
+  p.used_fail = cfg.number(kLocalPvUsedFailSetting);
+  p.volume_group = cfg.text(kLocalPvVolumeGroupSetting, cfg.text(kLvmVolumeGroupSetting));
+  p.expected_read_only = cfg.list(kLocalPvExpectedReadOnlySetting);
+  p.max_pv_series = static_cast<std::size_t>(cfg.number(kLocalPvMaxSeriesSetting));
   p.lvm = lvmPolicy(cfg);
   return p;
 }
@@ -496,7 +495,7 @@ CheckResult LocalPvProbe::run(const ProbeContext& ctx) {
 
   // The host's mount table is PID 1's: kubelet mounts volumes in the host's mount namespace,
   // and the agent's own namespace (a container) need not see them.
-  const std::string mi_pid = ctx.config.text("local-pv", "mountinfo_pid", "1");
+  const std::string mi_pid = ctx.config.text(kLocalPvMountinfoPidSetting);
   auto mi = readFile(ctx.host.proc(mi_pid + "/mountinfo"), 16u << 20);
   std::map<std::string, MountEntry> mounts;
   if (mi) {
@@ -551,9 +550,9 @@ CheckResult LocalPvProbe::run(const ProbeContext& ctx) {
 
   // checks.local-pv.use_lvm=false: nodes whose local volumes are not on LVM.
   std::shared_ptr<const LvmFetch> lvm;
-  if (ctx.config.flag("local-pv", "use_lvm", true)) {
+  if (ctx.config.flag(kLocalPvUseLvmSetting)) {
     const auto max_age = std::chrono::milliseconds(
-        static_cast<long long>(ctx.config.number("local-pv", "lvm_max_age_seconds", 30) * 1000));
+        static_cast<long long>(ctx.config.number(kLocalPvLvmMaxAgeSetting) * 1000));
     lvm = lvm_->get(ctx.host, ctx.config, max_age);
   }
   auto r = evaluateLocalPv(

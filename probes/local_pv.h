@@ -122,6 +122,63 @@ struct PvDiscovery {
 CheckResult evaluateLocalPv(const std::vector<PvObservation>& pvs, const LvmFetch* lvm,
                             const LocalPvPolicy& policy, const PvDiscovery& discovery);
 
+inline constexpr char kLocalPvCheck[] = "local-pv";
+inline const SettingSpec kLocalPvKubeletDirSetting =
+    textSetting(kLocalPvCheck, "kubelet_dir", "/var/lib/kubelet",
+                "the kubelet's root directory on the host (k0s, microk8s keep it elsewhere)");
+inline const SettingSpec kLocalPvUsedWarnSetting =
+    numberSetting(kLocalPvCheck, "used_warn_percent", 85, 0, 100,
+                  "volume use (bytes or inodes) at which the result is WARN, %");
+inline const SettingSpec kLocalPvUsedFailSetting =
+    numberSetting(kLocalPvCheck, "used_fail_percent", 95, 0, 100,
+                  "volume use (bytes or inodes) at which the result is FAIL, %");
+inline const SettingSpec kLocalPvVolumeGroupSetting = derivedDefault(
+    textSetting(kLocalPvCheck, "volume_group", "", "the managed VG for orphan detection", {}, 128),
+    "checks.lvm.volume_group");
+inline const SettingSpec kLocalPvExpectedReadOnlySetting = listSetting(
+    kLocalPvCheck, "expected_read_only", {}, "PV names allowed to be read-only", {}, 4096);
+inline const SettingSpec kLocalPvMaxSeriesSetting =
+    integerSetting(kLocalPvCheck, "max_pv_series", 512, 0, 100000, "bound on per-PV metric series");
+inline const SettingSpec kLocalPvMountinfoPidSetting =
+    textSetting(kLocalPvCheck, "mountinfo_pid", "1",
+                "whose <proc>/<pid>/mountinfo is the host's mount table", {}, 16);
+inline const SettingSpec kLocalPvUseLvmSetting = flagSetting(
+    kLocalPvCheck, "use_lvm", true, "read the lvm report for block volumes and thin pools");
+inline const SettingSpec kLocalPvLvmMaxAgeSetting =
+    numberSetting(kLocalPvCheck, "lvm_max_age_seconds", 30, 0, 3600,
+                  "reuse an lvm report this recent (the lvm check's of the same cycle), seconds");
+inline const SettingSpec kLocalPvApiDiscoverySetting =
+    flagSetting(kLocalPvCheck, "api_discovery", true,
+                "also list the PersistentVolumes the API pins to this node");
+inline const SettingSpec kLocalPvApiPageSizeSetting = integerSetting(
+    kLocalPvCheck, "api_page_size", 500, 1, 5000, "PersistentVolumes per list request");
+inline const SettingSpec kLocalPvApiTimeoutSetting = numberSetting(
+    kLocalPvCheck, "api_timeout_seconds", 20, 1, 300, "bound on one API request, seconds");
+inline const SettingSpec kLocalPvApiMaxAgeSetting = derivedDefault(
+    numberSetting(kLocalPvCheck, "api_max_age_seconds", 0, 0, 7 * 86400,
+                  "a failed refresh keeps serving the last API view this long, seconds"),
+    "3 × --resync");
+inline const SettingSpec kLocalPvApiNodeKeysSetting =
+    listSetting(kLocalPvCheck, "api_node_keys",
+                {"kubernetes.io/hostname", "topology.topolvm.io/node",
+                 "topology.topolvm.cybozu.com/node", "openebs.io/nodename"},
+                "node-affinity keys that pin a PV to a node", {}, 64);
+inline const ProbeSpec kLocalPvSpec{
+    .name = kLocalPvCheck,
+    .summary =
+        "local PVs bound here under their use thresholds, none read-only, none missing "
+        "or orphaned",
+    .triggers = kTriggerTimer | kTriggerUdevBlock | kTriggerMounts,
+    .condition = "LocalStorageHealthy",
+    .default_required = false,
+    .settings = {&kLocalPvKubeletDirSetting, &kLocalPvUsedWarnSetting, &kLocalPvUsedFailSetting,
+                 &kLocalPvVolumeGroupSetting, &kLocalPvExpectedReadOnlySetting,
+                 &kLocalPvMaxSeriesSetting, &kLocalPvMountinfoPidSetting, &kLocalPvUseLvmSetting,
+                 &kLocalPvLvmMaxAgeSetting, &kLocalPvApiDiscoverySetting,
+                 &kLocalPvApiPageSizeSetting, &kLocalPvApiTimeoutSetting, &kLocalPvApiMaxAgeSetting,
+                 &kLocalPvApiNodeKeysSetting},
+};
+
 class LocalPvProbe final : public Probe {
  public:
   // api: the agent's API source (null without an API connection or with
@@ -133,10 +190,7 @@ class LocalPvProbe final : public Probe {
         device_(std::move(device)),
         source_(std::move(source)),
         api_(std::move(api)) {}
-  std::string_view name() const override { return "local-pv"; }
-  std::uint32_t triggers() const override {
-    return kTriggerTimer | kTriggerUdevBlock | kTriggerMounts;
-  }
+  const ProbeSpec& spec() const override { return kLocalPvSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 
  private:

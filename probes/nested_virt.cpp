@@ -17,7 +17,7 @@ CheckResult evaluateNestedVirt(const NestedObservation& o) {
   const bool on = o.nested.value_or(false);
   CheckResult r;
   if (on) {
-    r = makeResult("nested-virt", Status::Pass, "NestedEnabled",
+    r = makeResult(kNestedVirtCheck, Status::Pass, "NestedEnabled",
                    "nested virtualization is enabled (" + o.module + " nested=" + o.raw + ")");
   } else {
     std::string why;
@@ -40,11 +40,11 @@ CheckResult evaluateNestedVirt(const NestedObservation& o) {
       hint = "enable it: echo 'options " + o.module + " nested=1' > /etc/modprobe.d/" + o.module +
              ".conf, then reload " + o.module + " with no VM running";
     if (o.required) {
-      r = makeResult("nested-virt", Status::Warn, "NestedDisabled",
+      r = makeResult(kNestedVirtCheck, Status::Warn, "NestedDisabled",
                      "policy requires nested virtualization but it is off: " + why, hint);
     } else {
       // Not required: a reported value, not a problem (absence is a value).
-      r = makeResult("nested-virt", Status::Pass, "NestedDisabled",
+      r = makeResult(kNestedVirtCheck, Status::Pass, "NestedDisabled",
                      "nested virtualization is off (" + why + "); the policy does not require it");
     }
   }
@@ -61,7 +61,7 @@ CheckResult evaluateNestedVirt(const NestedObservation& o) {
 
 CheckResult NestedVirtProbe::run(const ProbeContext& ctx) {
   NestedObservation o;
-  o.required = ctx.config.flag("nested-virt", "required", false);
+  o.required = ctx.config.flag(kNestedVirtRequiredSetting);
   auto kvm = readKvmHostFacts(ctx.host);
   o.arch = kvm.arch;
   o.cpu_hypervisor = kvm.hypervisor;

@@ -6,6 +6,9 @@
 #include <functional>
 #include <map>
 
+#include "lvm_report.h"
+#include "nodegate/registry.h"
+
 namespace nodegate {
 namespace {
 
@@ -208,15 +211,15 @@ Result<Options> parseOptions(int argc, char** argv) {
 }
 
 Result<Config> buildConfig(const Options& opts) {
-  Config cfg;
+  Config cfg = defaultConfig();
   if (!opts.config_path.empty()) {
-    auto loaded = loadConfig(opts.config_path);
+    auto loaded = loadConfig(opts.config_path, configSchema());
     if (!loaded) return loaded.error();
     cfg = std::move(loaded).value();
   }
   // A flag beats the file: the chart passes --lvm-command, users may keep a shared config.
-  if (opts.lvm_command != "lvm" || cfg.text("lvm", "command", "").empty())
-    cfg.set("lvm", "command", opts.lvm_command);
+  if (opts.lvm_command != "lvm" || cfg.text(kLvmCommandSetting).empty())
+    cfg.set(kLvmCommandSetting.section, kLvmCommandSetting.key, opts.lvm_command);
   return cfg;
 }
 

@@ -16,17 +16,6 @@
 namespace nodegate {
 namespace {
 
-struct TriggerNameEntry {
-  std::uint32_t bit;
-  std::string_view name;
-};
-constexpr TriggerNameEntry kTriggerNames[] = {
-    {kTriggerTimer, "timer"},          {kTriggerUdevMisc, "udev-misc"},
-    {kTriggerUdevBlock, "udev-block"}, {kTriggerNetLink, "netlink"},
-    {kTriggerDBusTime, "dbus-time"},   {kTriggerDns, "dns"},
-    {kTriggerMounts, "mounts"},
-};
-
 std::string fmtSeconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g", s);
@@ -35,27 +24,11 @@ std::string fmtSeconds(double s) {
 
 }  // namespace
 
-std::string_view triggerName(std::uint32_t bit) {
-  for (const auto& t : kTriggerNames)
-    if (t.bit == bit) return t.name;
-  return "other";
-}
-
-std::optional<std::uint32_t> parseTriggerName(std::string_view name) {
-  for (const auto& t : kTriggerNames)
-    if (t.name == name) return t.bit;
-  return std::nullopt;
-}
-
 std::uint32_t probeTriggers(const Probe& probe, const Config& config) {
   std::uint32_t bits = probe.triggers();
-  for (const auto& name : config.list(probe.name(), "triggers", {})) {
-    if (auto bit = parseTriggerName(name))
-      bits |= *bit;
-    else
-      log::warn("unknown trigger in config",
-                {{"check", std::string(probe.name())}, {"trigger", name}});
-  }
+  // Names were validated when the config was parsed.
+  for (const auto& name : config.extraTriggers(probe.name()))
+    if (auto bit = parseTriggerName(name)) bits |= *bit;
   return bits;
 }
 
@@ -148,7 +121,7 @@ Runner::Runner(ProbeList probes, HostRoot host, Config config, RunnerOptions opt
                            .Name("nodegate_agent_triggers_total")
                            .Help("Triggers received by the agent loop, by trigger name.")
                            .Register(reg);
-    for (const auto& t : kTriggerNames) triggers_total_->Add({{"trigger", std::string(t.name)}});
+    for (const auto& t : triggerNames()) triggers_total_->Add({{"trigger", t}});
     timeouts_total_ =
         &prometheus::BuildCounter()
              .Name("nodegate_agent_probe_timeouts_total")
@@ -208,8 +181,8 @@ int Runner::stop() {
 
 void Runner::trigger(std::uint32_t bits) {
   if (triggers_total_)
-    for (const auto& t : kTriggerNames)
-      if (bits & t.bit) triggers_total_->Add({{"trigger", std::string(t.name)}}).Increment();
+    for (const auto& t : triggerNames())
+      if (bits & *parseTriggerName(t)) triggers_total_->Add({{"trigger", t}}).Increment();
   {
     std::lock_guard l(mu_);
     pending_ |= bits;
@@ -299,8 +272,7 @@ void Runner::runCycle(std::uint32_t bits) {
             "command); the agent keeps it UNKNOWN until it returns"));
         continue;
       }
-      double timeout = cfg->number(name, "timeout_seconds", options_.probe_timeout.count());
-      if (!(timeout > 0)) timeout = options_.probe_timeout.count();
+      const double timeout = cfg->probeTimeout(name);
       const std::uint64_t id = ++w->seq;
       if (int rc = startDetached([w, cfg, id] { Worker::run(w, cfg, id); })) {
         immediate.push_back(

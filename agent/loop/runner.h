@@ -7,7 +7,7 @@
 // trigger names) include a fired bit. The jittered resync timer re-runs every probe.
 //
 // Each probe runs on its own worker thread under a deadline (`checks.<probe>.timeout_seconds`,
-// default RunnerOptions::probe_timeout): a probe that does not finish in time is published as
+// default 10 s, nodegate/spec.h): a probe that does not finish in time is published as
 // UNKNOWN/ProbeTimeout and the loop carries on; while it is still stuck it is not started again.
 #pragma once
 
@@ -36,19 +36,13 @@
 
 namespace nodegate {
 
-// Trigger names as used in config and metrics: timer, udev-misc, udev-block, netlink,
-// dbus-time, dns, mounts.
-std::string_view triggerName(std::uint32_t bit);
-std::optional<std::uint32_t> parseTriggerName(std::string_view name);
-
 // The bits a probe re-runs on under config: its own plus `checks.<name>.triggers`.
 std::uint32_t probeTriggers(const Probe& probe, const Config& config);
 
 struct RunnerOptions {
   std::chrono::duration<double> resync{60};
-  double jitter = 0.1;                     // timer fires at resync * (1 ± jitter)
-  std::chrono::milliseconds debounce{10};  // events closer than this share a cycle
-  std::chrono::duration<double> probe_timeout{10};
+  double jitter = 0.1;                             // timer fires at resync * (1 ± jitter)
+  std::chrono::milliseconds debounce{10};          // events closer than this share a cycle
   std::shared_ptr<prometheus::Registry> registry;  // optional: runner metrics go here
 };
 

@@ -12,8 +12,8 @@ class TimeSyncWatch final : public Extension {
   explicit TimeSyncWatch(AgentServices& s) : dbus_(makeSysDBus()) {
     auto trigger = s.trigger;
     watcher_ = std::make_unique<TimeSyncWatcher>(
-        *dbus_, probeBusAddress(s.host, s.config, "time-sync"),
-        [trigger] { trigger(kTriggerDBusTime); }, probeBusTimeout(s.config, "time-sync"));
+        *dbus_, probeBusAddress(s.host, s.config, kTimeSyncBusSetting),
+        [trigger] { trigger(kTriggerDBusTime); }, probeBusTimeout(s.config, kTimeSyncCheck));
   }
   ~TimeSyncWatch() override { watcher_.reset(); }  // stop the signal thread before the bus goes
 

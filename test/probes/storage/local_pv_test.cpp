@@ -106,7 +106,7 @@ class KubeletTree : public ::testing::Test {
     write("proc/1/mountinfo", mountinfo_);
     // The filesystem PVs are directories on whatever disk the test runs on; its fill level is
     // not ours to assert, so usage thresholds stay out of the way unless a test sets them.
-    if (cfg.number("local-pv", "used_warn_percent", -1) < 0) {
+    if (!cfg.has(kLocalPvUsedWarnSetting)) {
       cfg.set("local-pv", "used_warn_percent", 101);
       cfg.set("local-pv", "used_fail_percent", 101);
     }
