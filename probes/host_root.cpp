@@ -1,5 +1,6 @@
 #include "nodegate/host_root.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -85,6 +86,19 @@ Result<std::string> readFile(const std::string& path, std::size_t max_bytes) {
   }
   ::close(fd);
   return out;
+}
+
+Result<void> sysfsReadable(const HostRoot& host) {
+  const std::string dir = host.sys("kernel");
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return errnoError(errno, "read sysfs at " + host.sys() + " (" + dir + ")");
+  bool any = false;
+  for (dirent* e; !any && (e = ::readdir(d));)
+    any = std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0;
+  ::closedir(d);
+  if (!any)
+    return Error{ENOENT, "failed to read sysfs at " + host.sys() + ": " + dir + " is empty"};
+  return {};
 }
 
 Result<std::string> readValue(const std::string& path) {

@@ -22,7 +22,10 @@ struct HugepagePool {
 };
 
 struct HugepagesObservation {
-  bool readable = false;            // <sys>/kernel/mm/hugepages could be listed
+  bool readable = false;  // <sys>/kernel/mm/hugepages could be listed
+  // Why the pools could not be read (no sysfs, an unreadable directory or file): UNKNOWN.
+  // The directory absent from a readable sysfs is a value: a kernel without hugetlbfs.
+  std::string error;
   std::vector<HugepagePool> pools;  // sorted by size
   std::uint64_t min_free = 0;       // policy
   std::uint64_t want_size_kb = 2048;

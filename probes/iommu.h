@@ -16,6 +16,7 @@ std::string iommuCmdlineArgs(std::string_view cmdline);
 struct IommuObservation {
   int iommu_units = -1;  // entries in <sys>/class/iommu; -1: directory unreadable
   int groups = -1;       // entries in <sys>/kernel/iommu_groups; -1: unreadable
+  std::string error;     // why a directory could not be read
   std::string cmdline_args;
   std::string arch;
   bool required = false;

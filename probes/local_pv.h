@@ -53,6 +53,9 @@ struct LocalPv {
 struct PvListing {
   std::vector<LocalPv> pvs;
   std::string detail;
+  // Pod directories the source looked through (the kubelet's view); nullopt for a source that
+  // does not list pods (the API's).
+  std::optional<std::size_t> pods;
 };
 
 // Where the list of PVs comes from. Errors keep an errno-style code: EACCES means the source is
@@ -73,7 +76,10 @@ std::vector<LocalPv> mergePvViews(std::vector<LocalPv> kubelet, const std::vecto
 
 // <kubelet>/pods/*/volumes/kubernetes.io~csi/*/mount (filesystem) and
 // <kubelet>/pods/*/volumeDevices/kubernetes.io~csi/* (block), with each volume's vol_data.json.
-// kubelet dir: checks.local-pv.kubelet_dir (host path, default /var/lib/kubelet).
+// kubelet dir: checks.local-pv.kubelet_dir (host path, default /var/lib/kubelet). ENOENT only
+// when the host's root is readable and the directory is not there (a node without a kubelet);
+// a missing or unreadable host root, or a kubelet directory that cannot be read, is another
+// error.
 class KubeletDirPvSource final : public PvSource {
  public:
   std::string_view name() const override { return "kubelet-dir"; }
@@ -116,6 +122,11 @@ struct PvDiscovery {
   std::vector<Evidence> evidence;  // one line per source
   ApiDiscovery api = ApiDiscovery::Off;
   Error api_error{0, ""};
+  // Pods the kubelet directory shows (0 when it is absent); nullopt when it was not listed.
+  // None while the API pins PVs here means the directory is the wrong one: UNKNOWN.
+  std::optional<std::size_t> kubelet_pods;
+  std::string kubelet_dir;    // as looked at, for the message
+  std::string kubelet_error;  // the kubelet directory could not be read (not: is absent)
 };
 
 // Pure evaluation. lvm may be null (lvm not run); a failed fetch leaves block usage unknown.

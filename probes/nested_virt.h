@@ -24,6 +24,8 @@ struct NestedObservation {
   bool cpu_hypervisor = false;  // this node is itself a guest
   bool required = false;        // policy
   bool loads_modules = true;    // false: a kernel without module support (all built in)
+  // Why the inputs could not be read (cpuinfo, sysfs, the parameter file): UNKNOWN, no label.
+  std::string unreadable;
 };
 
 CheckResult evaluateNestedVirt(const NestedObservation& obs);

@@ -45,4 +45,9 @@ Result<std::string> readFile(const std::string& path, std::size_t max_bytes = 4u
 // Reads a one-value sysfs/procfs file and strips the trailing newline and spaces.
 Result<std::string> readValue(const std::string& path);
 
+// Whether the host's sysfs is there to be read: <sys>/kernel is a directory with entries (it is
+// on every sysfs). Probes use it to tell "this kernel has no such directory", a value, from
+// "there is no sysfs to look in" (--host-root /nonexistent, an unmounted /sys), which is UNKNOWN.
+Result<void> sysfsReadable(const HostRoot& host);
+
 }  // namespace nodegate
