@@ -117,6 +117,10 @@ std::string moduleHint(const std::vector<std::string>& modules,
   return "load them: modprobe -a " + names + " (persist in /etc/modules-load.d/)";
 }
 
+std::string recommendedBy(const std::string& module) {
+  return module == "vhost_net" ? "vhost-net" : module;
+}
+
 std::map<std::string, bool> requiredModules(const ModulesObservation& o) {
   std::map<std::string, bool> req{{"tun", true}, {"vhost_net", false}};
   // arm64 KVM is bool in Kconfig: it is never a module, the misc device is the evidence.
@@ -173,7 +177,11 @@ CheckResult evaluateKernelModules(const ModulesObservation& o) {
       ev.push_back({"module " + name, "not loaded; built-in list unreadable"});
       continue;
     }
-    ev.push_back({"module " + name, "missing"});
+    // A recommended module is one fact of another check (vhost_net: the vhost-net check): it
+    // is shown here, but only what this check requires decides its status (#21).
+    ev.push_back({"module " + name, required ? "missing"
+                                             : "missing (recommended; judged by the " +
+                                                   recommendedBy(name) + " check)"});
     appendWord(required ? missing_required : missing_optional, name);
     // kvm alone is no use where no backend can load: do not advise loading it.
     if (!(name == "kvm" && noBackendPossible(o))) to_load.push_back(name);
@@ -209,12 +217,11 @@ CheckResult evaluateKernelModules(const ModulesObservation& o) {
                    "not loaded, and cannot tell whether built in: " + undecided,
                    "mount the host's /lib/modules (--path.rootfs) so modules.builtin of release " +
                        (o.release.empty() ? std::string("?") : o.release) + " can be read");
-  } else if (!missing_optional.empty()) {
-    r = makeResult(kKernelModulesCheck, Status::Warn, "RecommendedModulesMissing",
-                   "recommended modules missing: " + missing_optional, hint);
   } else {
     r = makeResult(kKernelModulesCheck, Status::Pass, "ModulesPresent",
-                   "every module KubeVirt needs is loaded or built in");
+                   "every module KubeVirt needs is loaded or built in" +
+                       (missing_optional.empty() ? std::string()
+                                                 : "; recommended, missing: " + missing_optional));
   }
   r.evidence = std::move(ev);
   r.evidence.push_back(

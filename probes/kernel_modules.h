@@ -58,10 +58,12 @@ struct ModulesObservation {
   std::string loaded_error, builtin_error;
 };
 
-// Names this host needs, each with whether it is required (FAIL) or only recommended (WARN).
-// The KVM backend is the one present; failing that, the one the CPU flags allow; an x86 host
-// that has neither gets none here and noBackendPossible() instead.
+// Names this host needs, each with whether it is required (FAIL when missing) or only
+// recommended (shown in the evidence; its own check judges it: vhost_net is the vhost-net
+// check's fact, so its absence does not change this check's status, #21).
 std::map<std::string, bool> requiredModules(const ModulesObservation& obs);
+// The check that judges a recommended module ("vhost_net" -> "vhost-net").
+std::string recommendedBy(const std::string& module);
 bool noBackendPossible(const ModulesObservation& obs);
 
 CheckResult evaluateKernelModules(const ModulesObservation& obs);
