@@ -15,8 +15,6 @@ namespace nodegate {
 namespace {
 
 constexpr const char* kName = kTimeSyncCheck;
-constexpr const char* kTimedateService = "org.freedesktop.timedate1";
-constexpr const char* kTimedatePath = "/org/freedesktop/timedate1";
 // The kernel caps the maximum error at NTP_PHASE_LIMIT and sets STA_UNSYNC when it gets there.
 constexpr long kMaxErrorCapUs = 16000000;
 // Without discipline the kernel grows maxerror by MAXFREQ, 500 us per second.
@@ -348,12 +346,6 @@ CheckResult TimeSyncProbe::run(const ProbeContext& ctx) {
   auto r = evaluateTimeSync(in, policy);
   r.evidence.insert(r.evidence.begin(), {"bus", address});
   return r;
-}
-
-TimeSyncWatcher::TimeSyncWatcher(DBus& dbus, const std::string& address,
-                                 std::function<void()> on_change, std::chrono::milliseconds timeout)
-    : client_(dbus.client(address, timeout)) {
-  client_->watchProperties(kTimedatePath, kTimedateService, std::move(on_change));
 }
 
 }  // namespace nodegate

@@ -101,6 +101,9 @@ struct TimeSyncInputs {
 CheckResult evaluateTimeSync(const TimeSyncInputs& in, const TimeSyncPolicy& policy);
 
 inline constexpr char kTimeSyncCheck[] = "time-sync";
+// timedate1, which the probe reads and agent/triggers/time_sync_watch.h watches.
+inline constexpr char kTimedateService[] = "org.freedesktop.timedate1";
+inline constexpr char kTimedatePath[] = "/org/freedesktop/timedate1";
 inline const SettingSpec kTimeSyncBusSetting = busSetting(kTimeSyncCheck);
 inline const SettingSpec kTimeSyncMaxErrorSetting =
     numberSetting(kTimeSyncCheck, "max_error_seconds", 0.1, 1e-6, 3600,
@@ -131,26 +134,6 @@ class TimeSyncProbe final : public Probe {
   std::unique_ptr<DBusClient> client_;  // kept across runs: one connection, reconnected inside
   std::string client_key_;
   UnsyncedClock unsynced_;
-};
-
-// Turns timedate1's PropertiesChanged into a trigger for the agent. Wiring, in the agent:
-//
-//   TimeSyncWatcher watch(*seams.dbus, probeBusAddress(host, cfg, kTimeSyncBusSetting),
-//                         [&runner] { runner.trigger(kTriggerDBusTime); });
-//
-// on_change runs on the watcher's own D-Bus thread on every PropertiesChanged of
-// org.freedesktop.timedate1 and whenever the bus connection drops or comes back (then anything
-// may have changed). It must be short and non-blocking; destroy the watcher before what the
-// callback touches. The watcher reconnects by itself with backoff.
-// Note: timedated signals changes of NTP and Timezone; NTPSynchronized is computed on read, so
-// losing sync is still caught by the periodic resync.
-class TimeSyncWatcher {
- public:
-  TimeSyncWatcher(DBus& dbus, const std::string& address, std::function<void()> on_change,
-                  std::chrono::milliseconds timeout = std::chrono::seconds(1));
-
- private:
-  std::unique_ptr<DBusClient> client_;
 };
 
 }  // namespace nodegate
