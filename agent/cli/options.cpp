@@ -123,14 +123,12 @@ std::pair<std::string, std::string> Options::gateLabel() const {
   return {spec.substr(0, eq), spec.substr(eq + 1)};
 }
 
-Result<Options> parseOptions(int argc, char** argv) {
-  Options o;
-  for (auto [var, dst] :
-       {std::pair{"NODEGATE_HOST_ROOT", &o.host_root}, std::pair{"NODEGATE_CONFIG", &o.config_path},
-        std::pair{"NODEGATE_LVM_COMMAND", &o.lvm_command},
-        std::pair{"NODEGATE_RUNBOOK_BASE_URL", &o.runbook_base_url}})
-    if (const char* v = std::getenv(var); v && *v) *dst = v;
-  using Setter = std::function<Result<void>(const std::string&)>;
+namespace {
+
+using Setter = std::function<Result<void>(const std::string&)>;
+
+// The flags that take a value, each with what checks and stores it in o.
+std::map<std::string, Setter> valuedFlags(Options& o) {
   auto str = [](std::string* dst) -> Setter {
     return [dst](const std::string& v) -> Result<void> {
       *dst = v;
@@ -149,7 +147,7 @@ Result<Options> parseOptions(int argc, char** argv) {
       return usageError("invalid value \"" + v + "\" for " + flag);
     };
   };
-  std::map<std::string, Setter> valued = {
+  return {
       {"--host-root", str(&o.host_root)},
       {"--path.procfs", str(&o.procfs)},
       {"--path.sysfs", str(&o.sysfs)},
@@ -204,6 +202,18 @@ Result<Options> parseOptions(int argc, char** argv) {
       {"--vmi", str(&o.vmi)},
       {"--api", str(&o.api)},
   };
+}
+
+}  // namespace
+
+Result<Options> parseOptions(int argc, char** argv) {
+  Options o;
+  for (auto [var, dst] :
+       {std::pair{"NODEGATE_HOST_ROOT", &o.host_root}, std::pair{"NODEGATE_CONFIG", &o.config_path},
+        std::pair{"NODEGATE_LVM_COMMAND", &o.lvm_command},
+        std::pair{"NODEGATE_RUNBOOK_BASE_URL", &o.runbook_base_url}})
+    if (const char* v = std::getenv(var); v && *v) *dst = v;
+  const std::map<std::string, Setter> valued = valuedFlags(o);
   std::map<std::string, bool*> boolean = {{"--taint", &o.taint}, {"--follow", &o.follow}};
 
   for (int i = 1; i < argc; ++i) {
