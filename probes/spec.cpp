@@ -198,9 +198,9 @@ SettingSpec derivedDefault(SettingSpec s, std::string how) {
 
 const SettingSpec kProbeTimeoutSetting =
     numberSetting("", "timeout_seconds", 10, 0.05, 3600,
-                  "deadline of one run in seconds: a later result is published UNKNOWN/"
-                  "ProbeTimeout (time-sync and node-services also bound each D-Bus call by it, "
-                  "at most 30 s, 1 s when unset)");
+                  "bound of one run in seconds: lvm's command and each D-Bus call of time-sync "
+                  "and node-services (at most 30 s, 1 s when unset) time out at it; a run "
+                  "still going 1 s later is published UNKNOWN/ProbeTimeout");
 const SettingSpec kProbeTriggersSetting =
     listSetting("", "triggers", {}, "more triggers that re-run the check", triggerNames(), 16);
 

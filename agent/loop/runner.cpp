@@ -16,6 +16,8 @@
 namespace nodegate {
 namespace {
 
+constexpr double kDeadlineGraceSeconds = 1;
+
 std::string fmtSeconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g", s);
@@ -288,7 +290,11 @@ std::optional<std::vector<CheckResult>> Runner::runProbes(std::uint32_t bits,
             "command); the agent keeps it UNKNOWN until it returns"));
         continue;
       }
-      jobs.push_back(Job{batch->runs.size(), cfg->probeTimeout(name), std::nullopt});
+      // The probe's own bounds (a command's timeout, a D-Bus call's) use timeout_seconds too:
+      // the deadline allows a second more, so they report what they saw first and the deadline
+      // only catches a run that does not return at all.
+      jobs.push_back(
+          Job{batch->runs.size(), cfg->probeTimeout(name) + kDeadlineGraceSeconds, std::nullopt});
       batch->runs.push_back(Batch::Run{w, ++w->seq});
     }
   }
