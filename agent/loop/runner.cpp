@@ -152,6 +152,8 @@ Runner::Runner(ProbeList probes, HostRoot host, Config config, RunnerOptions opt
              .Name("nodegate_agent_probe_timeouts_total")
              .Help("Probe runs that missed their deadline and were published as UNKNOWN.")
              .Register(reg);
+    // Every series exists at 0 from the start, so increase() and rate() see the first timeout.
+    for (const auto& w : workers_) timeouts_total_->Add({{"check", std::string(w->probe->name())}});
     cycles_total_ = &prometheus::BuildCounter()
                          .Name("nodegate_agent_cycles_total")
                          .Help("Probe cycles the agent loop completed.")

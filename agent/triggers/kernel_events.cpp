@@ -60,13 +60,11 @@ struct KernelEvents::Impl {
   // source's own name, as its events are counted.
   void createCounters() {
     if (!counter) return;
-    for (const auto& src : sources) {
-      const bool rtnetlink = src->name() == "rtnetlink";
-      for (const char* s : rtnetlink ? std::initializer_list<const char*>{"newlink", "dellink",
-                                                                          "newnsid", "delnsid"}
-                                     : std::initializer_list<const char*>{"misc", "block", "net"})
+    static const std::vector<std::string> kUevent = {"misc", "block", "net"};
+    static const std::vector<std::string> kRtnl = {"newlink", "dellink", "newnsid", "delnsid"};
+    for (const auto& src : sources)
+      for (const auto& s : src->name() == "rtnetlink" ? kRtnl : kUevent)
         counter->Add({{"source", std::string(src->name())}, {"subsystem", s}});
-    }
     if (mounts_fd >= 0) counter->Add({{"source", "mountinfo"}, {"subsystem", "mounts"}});
   }
 
