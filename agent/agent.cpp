@@ -135,7 +135,7 @@ int runAgent(const Options& opts) {
 
   runner->start();
   auto events = KernelEvents::start(
-      host, [runner](std::uint32_t bits) { runner->trigger(bits); }, registry);
+      host, [runner](std::uint32_t bits) { runner->trigger(bits); }, registry, seams);
   if (!events)
     log::warn("kernel events off: only the resync timer re-runs probes",
               {{"error", events.error().message}});

@@ -43,7 +43,7 @@ std::map<std::string, ProcCgroup> parseProcCgroups(std::string_view text) {
 CheckResult evaluateCgroups(const CgroupsObservation& o) {
   if (o.version == 0) {
     return makeResult(
-        "cgroups", Status::Unknown, "CgroupsUnreadable",
+        kCgroupsCheck, Status::Unknown, "CgroupsUnreadable",
         "cannot read cgroup.controllers (v2) nor the procfs cgroups file (v1): " + o.error,
         "check that the host's /sys and /proc are mounted (--host-root)");
   }
@@ -81,7 +81,7 @@ CheckResult evaluateCgroups(const CgroupsObservation& o) {
   }
   CheckResult r;
   if (!missing.empty()) {
-    r = makeResult("cgroups", Status::Fail, "ControllersMissing",
+    r = makeResult(kCgroupsCheck, Status::Fail, "ControllersMissing",
                    "cgroup v" + std::to_string(o.version) + " lacks controllers: " + missing,
                    o.version == 2
                        ? "enable them in the kernel (CONFIG_CGROUP_*) and check that no "
@@ -89,7 +89,7 @@ CheckResult evaluateCgroups(const CgroupsObservation& o) {
                        : "mount the v1 controllers (systemd does it at boot) or boot with "
                          "systemd.unified_cgroup_hierarchy=1 for cgroup v2");
   } else {
-    r = makeResult("cgroups", Status::Pass, "ControllersPresent",
+    r = makeResult(kCgroupsCheck, Status::Pass, "ControllersPresent",
                    "cgroup v" + std::to_string(o.version) + " with " + present);
   }
   r.evidence.push_back({"cgroup version", std::to_string(o.version)});

@@ -39,10 +39,19 @@ struct CgroupsObservation {
 
 CheckResult evaluateCgroups(const CgroupsObservation& obs);
 
+inline constexpr char kCgroupsCheck[] = "cgroups";
+inline const ProbeSpec kCgroupsSpec{
+    .name = kCgroupsCheck,
+    .summary = "cpu, cpuset, memory, io/blkio, pids controllers (devices on v1)",
+    .triggers = kTriggerTimer | kTriggerMounts,
+    .condition = "",
+    .default_required = false,
+    .settings = {},
+};
+
 class CgroupsProbe final : public Probe {
  public:
-  std::string_view name() const override { return "cgroups"; }
-  std::uint32_t triggers() const override { return kTriggerTimer | kTriggerMounts; }
+  const ProbeSpec& spec() const override { return kCgroupsSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 };
 

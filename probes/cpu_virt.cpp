@@ -46,7 +46,7 @@ CpuInfo parseCpuInfo(std::string_view text) {
 CheckResult evaluateCpuVirt(const CpuInfo& info, bool kvm_misc_present, const KvmBackend& backend) {
   if (info.processors == 0 || info.arch.empty()) {
     // Nothing is known, so no label is published as if it were.
-    return makeResult("cpu-virt", Status::Unknown, "CpuInfoUnreadable",
+    return makeResult(kCpuVirtCheck, Status::Unknown, "CpuInfoUnreadable",
                       "cpuinfo has no processor flags to decide from",
                       "check that the host's /proc is mounted (--host-root / --path.procfs)");
   }
@@ -63,31 +63,31 @@ CheckResult evaluateCpuVirt(const CpuInfo& info, bool kvm_misc_present, const Kv
   CheckResult r;
   if (info.arch == "arm64") {
     if (kvm_misc_present) {
-      r = makeResult("cpu-virt", Status::Pass, "Arm64KvmSupported",
+      r = makeResult(kCpuVirtCheck, Status::Pass, "Arm64KvmSupported",
                      "arm64 CPU with KVM support in the running kernel");
     } else {
       r = makeResult(
-          "cpu-virt", Status::Warn, "Arm64KvmNotVisible",
+          kCpuVirtCheck, Status::Warn, "Arm64KvmNotVisible",
           "arm64 CPU; the kernel shows no KVM device (EL2 not available or kvm not loaded)",
           "boot the kernel at EL2 (bare metal or a nested-capable hypervisor) with KVM "
           "enabled; see the kvm-device check");
     }
     r.labels["cpu-virt"] = kvm_misc_present ? "arm64" : "none";
   } else if (info.flags.count("vmx")) {
-    r = makeResult("cpu-virt", Status::Pass, "VmxPresent", "Intel VT-x (vmx) present");
+    r = makeResult(kCpuVirtCheck, Status::Pass, "VmxPresent", "Intel VT-x (vmx) present");
     r.labels["cpu-virt"] = "vmx";
   } else if (info.flags.count("svm")) {
-    r = makeResult("cpu-virt", Status::Pass, "SvmPresent", "AMD-V (svm) present");
+    r = makeResult(kCpuVirtCheck, Status::Pass, "SvmPresent", "AMD-V (svm) present");
     r.labels["cpu-virt"] = "svm";
   } else if (hypervisor) {
     r = makeResult(
-        "cpu-virt", Status::Fail, "NoHardwareVirtualization",
+        kCpuVirtCheck, Status::Fail, "NoHardwareVirtualization",
         "no vmx/svm: this VM's hypervisor does not expose hardware virtualization" + kvm_here,
         "enable nested virtualization on the hypervisor (or use a metal / "
         "nested-capable instance type) so that kvm_intel or kvm_amd can load");
     r.labels["cpu-virt"] = "none";
   } else {
-    r = makeResult("cpu-virt", Status::Fail, "NoHardwareVirtualization",
+    r = makeResult(kCpuVirtCheck, Status::Fail, "NoHardwareVirtualization",
                    "the CPU reports neither vmx nor svm" + kvm_here,
                    "enable VT-x/AMD-V (SVM) in the firmware setup and reboot");
     r.labels["cpu-virt"] = "none";
@@ -106,7 +106,7 @@ CheckResult evaluateCpuVirt(const CpuInfo& info, bool kvm_misc_present, const Kv
 CheckResult CpuVirtProbe::run(const ProbeContext& ctx) {
   auto text = readFile(ctx.host.proc("cpuinfo"));
   if (!text) {
-    return makeResult("cpu-virt", Status::Unknown, "CpuInfoUnreadable", text.error().message,
+    return makeResult(kCpuVirtCheck, Status::Unknown, "CpuInfoUnreadable", text.error().message,
                       "check that the host's /proc is mounted (--host-root / --path.procfs)");
   }
   struct stat st {};

@@ -30,9 +30,19 @@ CpuInfo parseCpuInfo(std::string_view text);
 CheckResult evaluateCpuVirt(const CpuInfo& info, bool kvm_misc_present,
                             const KvmBackend& backend = {});
 
+inline constexpr char kCpuVirtCheck[] = "cpu-virt";
+inline const ProbeSpec kCpuVirtSpec{
+    .name = kCpuVirtCheck,
+    .summary = "vmx or svm in <proc>/cpuinfo (or arm64 KVM support); label cpu-virt",
+    .triggers = kTriggerTimer,
+    .condition = "VirtualizationReady",
+    .default_required = true,
+    .settings = {},
+};
+
 class CpuVirtProbe final : public Probe {
  public:
-  std::string_view name() const override { return "cpu-virt"; }
+  const ProbeSpec& spec() const override { return kCpuVirtSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 };
 

@@ -164,11 +164,11 @@ std::string ciliumObserved(const CiliumSocketLb& c) {
 
 CheckResult predicted(std::size_t guests) {
   if (guests > 0)
-    return makeResult("dns-path", Status::Fail, "ServiceTranslationMissing",
+    return makeResult(kDnsPathCheck, Status::Fail, "ServiceTranslationMissing",
                       "Cilium socket LB is not limited to the host namespace: guest DNS queries to "
                       "the kube-dns ClusterIP will not be translated",
                       kSocketLbHint);
-  return makeResult("dns-path", Status::Warn, "ServiceTranslationMissing",
+  return makeResult(kDnsPathCheck, Status::Warn, "ServiceTranslationMissing",
                     "no guests yet, but Cilium socket LB is not limited to the host namespace: "
                     "guests scheduled here will not reach the kube-dns ClusterIP",
                     kSocketLbHint);
@@ -176,7 +176,7 @@ CheckResult predicted(std::size_t guests) {
 
 // Without cilium-config nothing says whether guests' DNS will be translated: not a pass.
 CheckResult ciliumForbidden() {
-  return makeResult("dns-path", Status::Unknown, "CiliumConfigForbidden",
+  return makeResult(kDnsPathCheck, Status::Unknown, "CiliumConfigForbidden",
                     "the API server refused to show cilium-config, so the Cilium socket-LB "
                     "setting that predicts lost guest DNS cannot be checked",
                     "grant the agent's service account get on configmaps/cilium-config in "
@@ -197,7 +197,7 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
       if (vm.state != GuestDnsState::Ok && (!worst || vm.state > worst->state)) worst = &vm;
     }
     if (worst && worst->state == GuestDnsState::ServiceTranslationMissing) {
-      r = makeResult("dns-path", Status::Fail, "ServiceTranslationMissing",
+      r = makeResult(kDnsPathCheck, Status::Fail, "ServiceTranslationMissing",
                      "guest DNS queries leave the host with the service IP untranslated (" +
                          worst->vmi + ": " + worst->detail + ")",
                      predicts
@@ -206,17 +206,17 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
                            "from pods (Cilium: socketLB.hostNamespaceOnly=true; kube-proxy: "
                            "check its PREROUTING rules); `nodegate dns trace` shows the hops");
     } else if (worst && worst->state == GuestDnsState::NoResponse) {
-      r = makeResult("dns-path", Status::Fail, "NoResponse",
+      r = makeResult(kDnsPathCheck, Status::Fail, "NoResponse",
                      "guest DNS queries go unanswered (" + worst->vmi + ": " + worst->detail + ")",
                      "`nodegate dns trace --vmi " + worst->vmi +
                          "` shows the last hop each query reached and the kernel's drop reason");
     } else if (worst && worst->state == GuestDnsState::ServerError) {
       r = makeResult(
-          "dns-path", Status::Warn, "ServerError",
+          kDnsPathCheck, Status::Warn, "ServerError",
           "the DNS server answers guests with errors (" + worst->vmi + ": " + worst->detail + ")",
           "check the DNS server's (CoreDNS) logs and its upstream resolvers");
     } else if (answered > 0) {
-      r = makeResult("dns-path", Status::Pass, "Ok",
+      r = makeResult(kDnsPathCheck, Status::Pass, "Ok",
                      "guest DNS answered end to end (" + std::to_string(answered) +
                          " queries from " + std::to_string(s.vms.size()) +
                          " guests in the window)");
@@ -225,11 +225,11 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
     } else if (in.cilium_forbidden) {
       r = ciliumForbidden();
     } else if (s.guests == 0) {
-      r = makeResult("dns-path", Status::Pass, "NoGuests",
+      r = makeResult(kDnsPathCheck, Status::Pass, "NoGuests",
                      "no virt-launcher on this node to trace");
     } else {
       r = makeResult(
-          "dns-path", Status::Pass, "NoQueries",
+          kDnsPathCheck, Status::Pass, "NoQueries",
           "tracing " + std::to_string(s.guests) + " guests; none sent a DNS query in the window");
     }
     r.evidence.push_back({"dns tracer", std::to_string(s.guests) + " guests, " +
@@ -243,10 +243,10 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
   } else if (in.cilium_forbidden) {
     r = ciliumForbidden();
   } else if (in.launchers == 0 && in.launchers_readable) {
-    r = makeResult("dns-path", Status::Pass, "NoGuests",
+    r = makeResult(kDnsPathCheck, Status::Pass, "NoGuests",
                    "no virt-launcher process on this node, so no guest DNS path to check");
   } else {
-    r = makeResult("dns-path", Status::Unknown, "TracerNotRunning",
+    r = makeResult(kDnsPathCheck, Status::Unknown, "TracerNotRunning",
                    std::to_string(in.launchers) +
                        " virt-launcher processes, but no DNS tracer runs in this process",
                    "run `nodegate agent --dns-trace=on` as root (BPF) and read this check from the "
@@ -263,7 +263,7 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
 CheckResult DnsPathProbe::run(const ProbeContext& ctx) {
   DnsPathInputs in;
   if (source_) in.tracer = source_->summary();
-  std::string path = ctx.config.text("dns-path", "cilium_config_file", "");
+  std::string path = ctx.config.text(kDnsPathCiliumFileSetting);
   if (!path.empty()) {
     // An exported copy (`kubectl get cm -n kube-system cilium-config -o json`) for a one-shot
     // `nodegate check`; the agent reads the ConfigMap from the API (agent/kube/cluster_dns.h).

@@ -142,14 +142,55 @@ struct DnsPathInputs {
 
 CheckResult evaluateDnsPath(const DnsPathInputs& in);
 
+inline constexpr char kDnsPathCheck[] = "dns-path";
+inline const SettingSpec kDnsPathCiliumFileSetting =
+    textSetting(kDnsPathCheck, "cilium_config_file", "",
+                "an exported cilium-config ConfigMap (JSON) to read instead of the API's");
+inline const SettingSpec kDnsPathCiliumNamespaceSetting = textSetting(
+    kDnsPathCheck, "cilium_namespace", "kube-system", "namespace of Cilium's ConfigMap", {}, 63);
+inline const SettingSpec kDnsPathCiliumConfigMapSetting = textSetting(
+    kDnsPathCheck, "cilium_configmap", "cilium-config", "name of Cilium's ConfigMap", {}, 253);
+inline const SettingSpec kDnsPathDnsNamespaceSetting =
+    textSetting(kDnsPathCheck, "dns_service_namespace", "kube-system",
+                "namespace of the cluster DNS Service", {}, 63);
+inline const SettingSpec kDnsPathDnsServiceSetting = textSetting(
+    kDnsPathCheck, "dns_service", "kube-dns", "name of the cluster DNS Service", {}, 63);
+inline const SettingSpec kDnsPathServerProcessesSetting =
+    listSetting(kDnsPathCheck, "server_processes", {"coredns"},
+                "process names (comm) of the DNS servers the Service points at", {}, 32);
+inline const SettingSpec kDnsPathQueryTimeoutSetting =
+    numberSetting(kDnsPathCheck, "query_timeout_seconds", 5, 0.1, 60,
+                  "a query unanswered this long is lost, seconds");
+inline const SettingSpec kDnsPathWindowSetting = integerSetting(
+    kDnsPathCheck, "window_seconds", 300, 10, 86400, "verdicts look back this far, seconds");
+inline const SettingSpec kDnsPathRescanSetting =
+    numberSetting(kDnsPathCheck, "rescan_seconds", 2, 0.1, 3600,
+                  "hop discovery rescans this often without kernel events, seconds");
+inline const SettingSpec kDnsPathRescanWithEventsSetting =
+    numberSetting(kDnsPathCheck, "rescan_with_events_seconds", 30, 0.1, 86400,
+                  "hop discovery rescans this often with kernel events, seconds");
+inline const ProbeSpec kDnsPathSpec{
+    .name = kDnsPathCheck,
+    .summary =
+        "guest DNS answered end to end (eBPF trace), static CNI configuration that "
+        "predicts failure",
+    .triggers = kTriggerTimer | kTriggerDns,
+    .condition = "GuestDNSHealthy",
+    .default_required = false,
+    .settings = {&kDnsPathCiliumFileSetting, &kDnsPathCiliumNamespaceSetting,
+                 &kDnsPathCiliumConfigMapSetting, &kDnsPathDnsNamespaceSetting,
+                 &kDnsPathDnsServiceSetting, &kDnsPathServerProcessesSetting,
+                 &kDnsPathQueryTimeoutSetting, &kDnsPathWindowSetting, &kDnsPathRescanSetting,
+                 &kDnsPathRescanWithEventsSetting},
+};
+
 class DnsPathProbe final : public Probe {
  public:
   // cluster: Cilium settings from the API; the file in checks.dns-path.cilium_config_file wins.
   explicit DnsPathProbe(std::shared_ptr<const DnsVerdictSource> source,
                         std::shared_ptr<const ClusterDnsBoard> cluster = processClusterDns())
       : source_(std::move(source)), cluster_(std::move(cluster)) {}
-  std::string_view name() const override { return "dns-path"; }
-  std::uint32_t triggers() const override { return kTriggerTimer | kTriggerDns; }
+  const ProbeSpec& spec() const override { return kDnsPathSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 
  private:

@@ -1,12 +1,27 @@
 #include "nodegate/host_root.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 
 namespace nodegate {
+
+namespace {
+
+const char* fileTypeName(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISDIR(mode)) return "a directory";
+  return "not a plain file";
+}
+
+}  // namespace
 
 Error errnoError(int err, std::string what) {
   return Error{err, "failed to " + what + ": " + std::strerror(err)};
@@ -30,8 +45,22 @@ std::string HostRoot::join(const std::string& base, std::string_view rel) {
 }
 
 Result<std::string> readFile(const std::string& path, std::size_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading blocks until a writer appears, and a captured host
+  // tree or a config path may hold one; only regular files are read (procfs and sysfs files
+  // are regular), so a FIFO, socket or device is an error at once instead of a hang.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return errnoError(errno, "open " + path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return errnoError(err, "stat " + path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Error{EINVAL, "failed to read " + path + ": not a regular file (" +
+                             fileTypeName(st.st_mode) + ")"};
+  }
   // Read straight into the string, 4 KiB at a time: an 8 KiB buffer on the stack made this the
   // deepest frame of every probe thread and HTTP worker, and the stack pages it touched stayed
   // resident in each of them (~0.2 MiB over the agent's threads).
@@ -57,6 +86,19 @@ Result<std::string> readFile(const std::string& path, std::size_t max_bytes) {
   }
   ::close(fd);
   return out;
+}
+
+Result<void> sysfsReadable(const HostRoot& host) {
+  const std::string dir = host.sys("kernel");
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return errnoError(errno, "read sysfs at " + host.sys() + " (" + dir + ")");
+  bool any = false;
+  for (dirent* e; !any && (e = ::readdir(d));)
+    any = std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0;
+  ::closedir(d);
+  if (!any)
+    return Error{ENOENT, "failed to read sysfs at " + host.sys() + ": " + dir + " is empty"};
+  return {};
 }
 
 Result<std::string> readValue(const std::string& path) {

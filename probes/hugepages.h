@@ -22,7 +22,10 @@ struct HugepagePool {
 };
 
 struct HugepagesObservation {
-  bool readable = false;            // <sys>/kernel/mm/hugepages could be listed
+  bool readable = false;  // <sys>/kernel/mm/hugepages could be listed
+  // Why the pools could not be read (no sysfs, an unreadable directory or file): UNKNOWN.
+  // The directory absent from a readable sysfs is a value: a kernel without hugetlbfs.
+  std::string error;
   std::vector<HugepagePool> pools;  // sorted by size
   std::uint64_t min_free = 0;       // policy
   std::uint64_t want_size_kb = 2048;
@@ -30,9 +33,26 @@ struct HugepagesObservation {
 
 CheckResult evaluateHugepages(const HugepagesObservation& obs);
 
+inline constexpr char kHugepagesCheck[] = "hugepages";
+inline const SettingSpec kHugepagesMinFreeSetting =
+    integerSetting(kHugepagesCheck, "min_free", 0, 0, 1e9,
+                   "free huge pages of page_size_kb wanted (0: report only)");
+inline const SettingSpec kHugepagesPageSizeSetting =
+    integerSetting(kHugepagesCheck, "page_size_kb", 2048, 4, 16 * 1024 * 1024,
+                   "huge page size min_free counts, KiB");
+inline const ProbeSpec kHugepagesSpec{
+    .name = kHugepagesCheck,
+    .summary =
+        "huge pages reported (<sys>/kernel/mm/hugepages); WARN when fewer than min_free are free",
+    .triggers = kTriggerTimer,
+    .condition = "",
+    .default_required = false,
+    .settings = {&kHugepagesMinFreeSetting, &kHugepagesPageSizeSetting},
+};
+
 class HugepagesProbe final : public Probe {
  public:
-  std::string_view name() const override { return "hugepages"; }
+  const ProbeSpec& spec() const override { return kHugepagesSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 };
 

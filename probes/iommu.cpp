@@ -23,13 +23,15 @@ std::string iommuCmdlineArgs(std::string_view cmdline) {
 
 namespace {
 
-int countEntries(const std::string& dir) {
+// Entries of dir; -1 when it does not exist, the error when it cannot be listed.
+Result<int> countEntries(const std::string& dir) {
   std::error_code ec;
   std::filesystem::directory_iterator it(dir, ec);
-  if (ec) return -1;
+  if (ec == std::errc::no_such_file_or_directory) return -1;
+  if (ec) return Error{ec.value(), "failed to list " + dir + ": " + ec.message()};
   int n = 0;
   for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    if (ec) return -1;
+    if (ec) return Error{ec.value(), "failed to list " + dir + ": " + ec.message()};
     ++n;
   }
   return n;
@@ -45,21 +47,23 @@ CheckResult evaluateIommu(const IommuObservation& o) {
                          : "enable VT-d / AMD-Vi in the firmware setup and boot with "
                            "intel_iommu=on (Intel) or amd_iommu=on, plus iommu=pt";
   if (active) {
-    r = makeResult("iommu", Status::Pass, "IommuActive",
+    r = makeResult(kIommuCheck, Status::Pass, "IommuActive",
                    "IOMMU active with " + std::to_string(o.groups) + " groups");
-  } else if (o.groups < 0 && o.iommu_units < 0 && o.required) {
-    r = makeResult("iommu", Status::Unknown, "SysfsUnreadable",
-                   "cannot read the IOMMU sysfs directories",
+  } else if (o.groups < 0) {
+    // Not knowing is not "no IOMMU": UNKNOWN whatever the policy, and no label.
+    r = makeResult(kIommuCheck, Status::Unknown, "SysfsUnreadable",
+                   "cannot read the IOMMU sysfs directories" +
+                       (o.error.empty() ? std::string() : ": " + o.error),
                    "check that the host's /sys is mounted (--host-root / --path.sysfs)");
   } else if (o.required) {
-    r = makeResult("iommu", Status::Fail, "IommuInactive",
+    r = makeResult(kIommuCheck, Status::Fail, "IommuInactive",
                    "policy requires an IOMMU (passthrough) but the kernel has no IOMMU groups",
                    hint);
   } else {
-    r = makeResult("iommu", Status::Pass, "IommuInactive",
+    r = makeResult(kIommuCheck, Status::Pass, "IommuInactive",
                    "no IOMMU groups; the policy does not require passthrough");
   }
-  r.labels["iommu"] = active ? "true" : "false";
+  if (o.groups >= 0) r.labels["iommu"] = active ? "true" : "false";
   r.evidence.push_back({"sysfs class/iommu", o.iommu_units < 0
                                                  ? "unreadable"
                                                  : std::to_string(o.iommu_units) + " units"});
@@ -73,15 +77,23 @@ CheckResult evaluateIommu(const IommuObservation& o) {
 
 CheckResult IommuProbe::run(const ProbeContext& ctx) {
   IommuObservation o;
-  o.required = ctx.config.flag("iommu", "required", false);
-  o.iommu_units = countEntries(ctx.host.sys("class/iommu"));
-  o.groups = countEntries(ctx.host.sys("kernel/iommu_groups"));
+  o.required = ctx.config.flag(kIommuRequiredSetting);
+  auto units = countEntries(ctx.host.sys("class/iommu"));
+  auto groups = countEntries(ctx.host.sys("kernel/iommu_groups"));
+  auto sys = sysfsReadable(ctx.host);
   // Absent directories in a readable sysfs mean a kernel without IOMMU support: zero, not
-  // "could not read". Only an unreadable sysfs stays undecided.
-  if (countEntries(ctx.host.sys("kernel")) > 0) {
-    if (o.groups < 0) o.groups = 0;
-    if (o.iommu_units < 0) o.iommu_units = 0;
-  }
+  // "could not read". An unreadable sysfs or directory stays undecided (-1).
+  auto count = [&](const Result<int>& c) {
+    if (!c) {
+      o.error = c.error().message;
+      return -1;
+    }
+    if (*c >= 0) return *c;
+    if (!sys) o.error = sys.error().message;
+    return sys ? 0 : -1;
+  };
+  o.iommu_units = count(units);
+  o.groups = count(groups);
   if (auto c = readFile(ctx.host.proc("cmdline"))) o.cmdline_args = iommuCmdlineArgs(*c);
   if (auto text = readFile(ctx.host.proc("cpuinfo"))) o.arch = parseCpuInfo(*text).arch;
   return evaluateIommu(o);

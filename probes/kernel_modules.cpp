@@ -117,6 +117,10 @@ std::string moduleHint(const std::vector<std::string>& modules,
   return "load them: modprobe -a " + names + " (persist in /etc/modules-load.d/)";
 }
 
+std::string recommendedBy(const std::string& module) {
+  return module == "vhost_net" ? "vhost-net" : module;
+}
+
 std::map<std::string, bool> requiredModules(const ModulesObservation& o) {
   std::map<std::string, bool> req{{"tun", true}, {"vhost_net", false}};
   // arm64 KVM is bool in Kconfig: it is never a module, the misc device is the evidence.
@@ -157,7 +161,7 @@ std::string whereFound(const ModulesObservation& o, const std::string& name) {
 
 CheckResult evaluateKernelModules(const ModulesObservation& o) {
   if (!o.loaded) {
-    return makeResult("kernel-modules", Status::Unknown, "ModulesUnreadable", o.loaded_error,
+    return makeResult(kKernelModulesCheck, Status::Unknown, "ModulesUnreadable", o.loaded_error,
                       "check that the host's /proc is mounted (--host-root / --path.procfs)");
   }
   std::vector<Evidence> ev;
@@ -173,7 +177,11 @@ CheckResult evaluateKernelModules(const ModulesObservation& o) {
       ev.push_back({"module " + name, "not loaded; built-in list unreadable"});
       continue;
     }
-    ev.push_back({"module " + name, "missing"});
+    // A recommended module is one fact of another check (vhost_net: the vhost-net check): it
+    // is shown here, but only what this check requires decides its status (#21).
+    ev.push_back({"module " + name, required ? "missing"
+                                             : "missing (recommended; judged by the " +
+                                                   recommendedBy(name) + " check)"});
     appendWord(required ? missing_required : missing_optional, name);
     // kvm alone is no use where no backend can load: do not advise loading it.
     if (!(name == "kvm" && noBackendPossible(o))) to_load.push_back(name);
@@ -203,18 +211,17 @@ CheckResult evaluateKernelModules(const ModulesObservation& o) {
       msg += std::string(msg.empty() ? "" : "; ") +
              "no KVM backend can load: the CPU exposes no vmx/svm";
     if (!missing_optional.empty()) msg += "; recommended: " + missing_optional;
-    r = makeResult("kernel-modules", Status::Fail, "ModulesMissing", msg, hint);
+    r = makeResult(kKernelModulesCheck, Status::Fail, "ModulesMissing", msg, hint);
   } else if (!undecided.empty()) {
-    r = makeResult("kernel-modules", Status::Unknown, "BuiltinListUnreadable",
+    r = makeResult(kKernelModulesCheck, Status::Unknown, "BuiltinListUnreadable",
                    "not loaded, and cannot tell whether built in: " + undecided,
                    "mount the host's /lib/modules (--path.rootfs) so modules.builtin of release " +
                        (o.release.empty() ? std::string("?") : o.release) + " can be read");
-  } else if (!missing_optional.empty()) {
-    r = makeResult("kernel-modules", Status::Warn, "RecommendedModulesMissing",
-                   "recommended modules missing: " + missing_optional, hint);
   } else {
-    r = makeResult("kernel-modules", Status::Pass, "ModulesPresent",
-                   "every module KubeVirt needs is loaded or built in");
+    r = makeResult(kKernelModulesCheck, Status::Pass, "ModulesPresent",
+                   "every module KubeVirt needs is loaded or built in" +
+                       (missing_optional.empty() ? std::string()
+                                                 : "; recommended, missing: " + missing_optional));
   }
   r.evidence = std::move(ev);
   r.evidence.push_back(

@@ -58,18 +58,29 @@ struct ModulesObservation {
   std::string loaded_error, builtin_error;
 };
 
-// Names this host needs, each with whether it is required (FAIL) or only recommended (WARN).
-// The KVM backend is the one present; failing that, the one the CPU flags allow; an x86 host
-// that has neither gets none here and noBackendPossible() instead.
+// Names this host needs, each with whether it is required (FAIL when missing) or only
+// recommended (shown in the evidence; its own check judges it: vhost_net is the vhost-net
+// check's fact, so its absence does not change this check's status, #21).
 std::map<std::string, bool> requiredModules(const ModulesObservation& obs);
+// The check that judges a recommended module ("vhost_net" -> "vhost-net").
+std::string recommendedBy(const std::string& module);
 bool noBackendPossible(const ModulesObservation& obs);
 
 CheckResult evaluateKernelModules(const ModulesObservation& obs);
 
+inline constexpr char kKernelModulesCheck[] = "kernel-modules";
+inline const ProbeSpec kKernelModulesSpec{
+    .name = kKernelModulesCheck,
+    .summary = "kvm and its backend loaded or built in (<proc>/modules, modules.builtin)",
+    .triggers = kTriggerTimer | kTriggerUdevMisc,
+    .condition = "VirtualizationReady",
+    .default_required = true,
+    .settings = {},
+};
+
 class KernelModulesProbe final : public Probe {
  public:
-  std::string_view name() const override { return "kernel-modules"; }
-  std::uint32_t triggers() const override { return kTriggerTimer | kTriggerUdevMisc; }
+  const ProbeSpec& spec() const override { return kKernelModulesSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 };
 

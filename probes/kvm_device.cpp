@@ -80,7 +80,7 @@ std::string backendWords(const KvmObservation& o) {
 CheckResult evaluateGuest(const KvmObservation& o) {
   const GuestRun& g = *o.guest;
   if (!g.supported)
-    return makeResult("kvm-device", Status::Unknown, "GuestRunUnsupported",
+    return makeResult(kKvmDeviceCheck, Status::Unknown, "GuestRunUnsupported",
                       "KVM API 12, required capabilities present and a VM was created, but "
                       "nodegate has no test guest for " +
                           (o.arch.empty() ? std::string("this architecture") : o.arch) +
@@ -90,7 +90,7 @@ CheckResult evaluateGuest(const KvmObservation& o) {
   if (!g.failed_step.empty()) {
     // Out of memory is the host's state, not KVM's verdict.
     const bool transient = g.error.code == ENOMEM || g.error.code == EAGAIN;
-    return makeResult("kvm-device", transient ? Status::Unknown : Status::Fail,
+    return makeResult(kKvmDeviceCheck, transient ? Status::Unknown : Status::Fail,
                       g.failed_step == "KVM_RUN" ? "GuestRunFailed" : "GuestSetupFailed",
                       "KVM created a VM but its test guest failed at " + g.failed_step + ": " +
                           causeOf(g.error) + backendWords(o),
@@ -98,13 +98,13 @@ CheckResult evaluateGuest(const KvmObservation& o) {
                                 : "check dmesg for kvm errors; virt-launcher makes the same calls");
   }
   if (g.timed_out)
-    return makeResult("kvm-device", Status::Unknown, "GuestTimedOut",
+    return makeResult(kKvmDeviceCheck, Status::Unknown, "GuestTimedOut",
                       "the test guest did not finish within " + std::to_string(g.limit.count()) +
                           " ms; it had reached " + stageOf(g.reached) + backendWords(o),
                       "if a less loaded moment gives the same, KVM does not run guests here: "
                       "check dmesg for kvm errors");
   if (g.enteredLongMode())
-    return makeResult("kvm-device", Status::Pass, "KvmUsable",
+    return makeResult(kKvmDeviceCheck, Status::Pass, "KvmUsable",
                       "KVM API 12, required capabilities present; a test guest entered 64-bit "
                       "long mode on a vCPU" +
                           backendWords(o));
@@ -119,15 +119,15 @@ CheckResult evaluateGuest(const KvmObservation& o) {
           : "check dmesg for kvm errors: this KVM cannot take a standard x86-64 guest to long "
             "mode (see cpu-virt)";
   if (g.reached == GuestStage::None)
-    return makeResult("kvm-device", Status::Fail, "GuestDoesNotRun",
+    return makeResult(kKvmDeviceCheck, Status::Fail, "GuestDoesNotRun",
                       "KVM answers, but its vCPU ran no guest code: the test guest stopped with " +
                           how + backendWords(o),
                       hint);
   if (g.reached == GuestStage::LongMode)
-    return makeResult("kvm-device", Status::Fail, "GuestDidNotHalt",
+    return makeResult(kKvmDeviceCheck, Status::Fail, "GuestDidNotHalt",
                       "the test guest reached long mode but did not halt: " + how + backendWords(o),
                       hint);
-  return makeResult("kvm-device", Status::Fail, "GuestCannotEnterLongMode",
+  return makeResult(kKvmDeviceCheck, Status::Fail, "GuestCannotEnterLongMode",
                     "KVM answers, but a standard guest cannot enter long mode: the test guest "
                     "reached " +
                         stageOf(g.reached) + " and stopped at " +
@@ -139,25 +139,25 @@ CheckResult evaluateGuest(const KvmObservation& o) {
 CheckResult evaluateOpenKvm(const KvmObservation& o) {
   const std::string& dev = o.node.path;
   if (!o.api_version)
-    return makeResult("kvm-device", Status::Fail, "NotKvm",
+    return makeResult(kKvmDeviceCheck, Status::Fail, "NotKvm",
                       "KVM_GET_API_VERSION failed on " + dev + ": " + causeOf(o.api_error),
                       "check that " + dev + " is the KVM device (char 10:232); " + loadHint(o));
   if (*o.api_version != kKvmApiVersion)
-    return makeResult("kvm-device", Status::Fail, "ApiVersionMismatch",
+    return makeResult(kKvmDeviceCheck, Status::Fail, "ApiVersionMismatch",
                       "KVM API version " + std::to_string(*o.api_version) + ", QEMU needs 12",
                       "run a kernel whose KVM API is version 12 (any Linux since 2.6.22)");
   if (!o.caps_missing.empty())
-    return makeResult("kvm-device", Status::Fail, "MissingCapabilities",
+    return makeResult(kKvmDeviceCheck, Status::Fail, "MissingCapabilities",
                       "KVM lacks capabilities QEMU requires: " + joined(o.caps_missing),
                       "upgrade the host kernel; QEMU refuses to start without these");
   if (!o.create_vm_ok)
-    return makeResult("kvm-device", Status::Fail, "CreateVmFailed",
+    return makeResult(kKvmDeviceCheck, Status::Fail, "CreateVmFailed",
                       "KVM_CREATE_VM failed: " + causeOf(o.create_vm_error),
                       o.create_vm_error.code == EBUSY
                           ? "another hypervisor (VirtualBox, VMware) holds VT-x/AMD-V: stop it"
                           : "check dmesg for kvm errors (disabled in firmware, or out of memory)");
   if (!o.guest)  // the collector always runs the guest after a VM; kept total for callers
-    return makeResult("kvm-device", Status::Unknown, "GuestNotRun",
+    return makeResult(kKvmDeviceCheck, Status::Unknown, "GuestNotRun",
                       "a VM was created but no test guest ran in it",
                       "this is a bug in the collector: report it");
   return evaluateGuest(o);
@@ -196,7 +196,7 @@ std::vector<KvmCapability> kvmRequiredCapabilities(std::string_view arch) {
 }
 
 CheckResult evaluateKvmDevice(const KvmObservation& o) {
-  const DeviceNodeTexts texts{"kvm-device",
+  const DeviceNodeTexts texts{kKvmDeviceCheck,
                               "kvm",
                               Status::Fail,
                               o.sys_misc_present,

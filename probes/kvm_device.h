@@ -56,11 +56,21 @@ KvmObservation observeKvmDevice(DeviceIo& io, const HostRoot& host);
 // Pure evaluation of what the collector saw.
 CheckResult evaluateKvmDevice(const KvmObservation& obs);
 
+inline constexpr char kKvmDeviceCheck[] = "kvm-device";
+inline const ProbeSpec kKvmDeviceSpec{
+    .name = kKvmDeviceCheck,
+    .summary =
+        "/dev/kvm is char 10:232, opens read-write, KVM API 12, and a tiny guest runs; label kvm",
+    .triggers = kTriggerTimer | kTriggerUdevMisc,
+    .condition = "VirtualizationReady",
+    .default_required = true,
+    .settings = {},
+};
+
 class KvmDeviceProbe final : public Probe {
  public:
   explicit KvmDeviceProbe(std::shared_ptr<DeviceIo> io) : io_(std::move(io)) {}
-  std::string_view name() const override { return "kvm-device"; }
-  std::uint32_t triggers() const override { return kTriggerTimer | kTriggerUdevMisc; }
+  const ProbeSpec& spec() const override { return kKvmDeviceSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 
  private:

@@ -53,6 +53,9 @@ struct LocalPv {
 struct PvListing {
   std::vector<LocalPv> pvs;
   std::string detail;
+  // Pod directories the source looked through (the kubelet's view); nullopt for a source that
+  // does not list pods (the API's).
+  std::optional<std::size_t> pods;
 };
 
 // Where the list of PVs comes from. Errors keep an errno-style code: EACCES means the source is
@@ -73,7 +76,10 @@ std::vector<LocalPv> mergePvViews(std::vector<LocalPv> kubelet, const std::vecto
 
 // <kubelet>/pods/*/volumes/kubernetes.io~csi/*/mount (filesystem) and
 // <kubelet>/pods/*/volumeDevices/kubernetes.io~csi/* (block), with each volume's vol_data.json.
-// kubelet dir: checks.local-pv.kubelet_dir (host path, default /var/lib/kubelet).
+// kubelet dir: checks.local-pv.kubelet_dir (host path, default /var/lib/kubelet). ENOENT only
+// when the host's root is readable and the directory is not there (a node without a kubelet);
+// a missing or unreadable host root, or a kubelet directory that cannot be read, is another
+// error.
 class KubeletDirPvSource final : public PvSource {
  public:
   std::string_view name() const override { return "kubelet-dir"; }
@@ -116,11 +122,73 @@ struct PvDiscovery {
   std::vector<Evidence> evidence;  // one line per source
   ApiDiscovery api = ApiDiscovery::Off;
   Error api_error{0, ""};
+  // Pods the kubelet directory shows (0 when it is absent); nullopt when it was not listed.
+  // None while the API pins PVs here means the directory is the wrong one: UNKNOWN.
+  std::optional<std::size_t> kubelet_pods;
+  std::string kubelet_dir;    // as looked at, for the message
+  std::string kubelet_error;  // the kubelet directory could not be read (not: is absent)
 };
 
 // Pure evaluation. lvm may be null (lvm not run); a failed fetch leaves block usage unknown.
 CheckResult evaluateLocalPv(const std::vector<PvObservation>& pvs, const LvmFetch* lvm,
                             const LocalPvPolicy& policy, const PvDiscovery& discovery);
+
+inline constexpr char kLocalPvCheck[] = "local-pv";
+inline const SettingSpec kLocalPvKubeletDirSetting =
+    textSetting(kLocalPvCheck, "kubelet_dir", "/var/lib/kubelet",
+                "the kubelet's root directory on the host (k0s, microk8s keep it elsewhere)");
+inline const SettingSpec kLocalPvUsedWarnSetting =
+    numberSetting(kLocalPvCheck, "used_warn_percent", 85, 0, 100,
+                  "volume use (bytes or inodes) at which the result is WARN, %");
+inline const SettingSpec kLocalPvUsedFailSetting =
+    numberSetting(kLocalPvCheck, "used_fail_percent", 95, 0, 100,
+                  "volume use (bytes or inodes) at which the result is FAIL, %");
+inline const SettingSpec kLocalPvVolumeGroupSetting = derivedDefault(
+    textSetting(kLocalPvCheck, "volume_group", "", "the managed VG for orphan detection", {}, 128),
+    "checks.lvm.volume_group");
+inline const SettingSpec kLocalPvExpectedReadOnlySetting = listSetting(
+    kLocalPvCheck, "expected_read_only", {}, "PV names allowed to be read-only", {}, 4096);
+inline const SettingSpec kLocalPvMaxSeriesSetting =
+    integerSetting(kLocalPvCheck, "max_pv_series", 512, 0, 100000, "bound on per-PV metric series");
+inline const SettingSpec kLocalPvMountinfoPidSetting =
+    textSetting(kLocalPvCheck, "mountinfo_pid", "1",
+                "whose <proc>/<pid>/mountinfo is the host's mount table", {}, 16);
+inline const SettingSpec kLocalPvUseLvmSetting = flagSetting(
+    kLocalPvCheck, "use_lvm", true, "read the lvm report for block volumes and thin pools");
+inline const SettingSpec kLocalPvLvmMaxAgeSetting =
+    numberSetting(kLocalPvCheck, "lvm_max_age_seconds", 30, 0, 3600,
+                  "reuse an lvm report this recent (the lvm check's of the same cycle), seconds");
+inline const SettingSpec kLocalPvApiDiscoverySetting =
+    flagSetting(kLocalPvCheck, "api_discovery", true,
+                "also list the PersistentVolumes the API pins to this node");
+inline const SettingSpec kLocalPvApiPageSizeSetting = integerSetting(
+    kLocalPvCheck, "api_page_size", 500, 1, 5000, "PersistentVolumes per list request");
+inline const SettingSpec kLocalPvApiTimeoutSetting = numberSetting(
+    kLocalPvCheck, "api_timeout_seconds", 20, 1, 300, "bound on one API request, seconds");
+inline const SettingSpec kLocalPvApiMaxAgeSetting = derivedDefault(
+    numberSetting(kLocalPvCheck, "api_max_age_seconds", 0, 0, 7 * 86400,
+                  "a failed refresh keeps serving the last API view this long, seconds"),
+    "3 × --resync");
+inline const SettingSpec kLocalPvApiNodeKeysSetting =
+    listSetting(kLocalPvCheck, "api_node_keys",
+                {"kubernetes.io/hostname", "topology.topolvm.io/node",
+                 "topology.topolvm.cybozu.com/node", "openebs.io/nodename"},
+                "node-affinity keys that pin a PV to a node", {}, 64);
+inline const ProbeSpec kLocalPvSpec{
+    .name = kLocalPvCheck,
+    .summary =
+        "local PVs bound here under their use thresholds, none read-only, none missing "
+        "or orphaned",
+    .triggers = kTriggerTimer | kTriggerUdevBlock | kTriggerMounts,
+    .condition = "LocalStorageHealthy",
+    .default_required = false,
+    .settings = {&kLocalPvKubeletDirSetting, &kLocalPvUsedWarnSetting, &kLocalPvUsedFailSetting,
+                 &kLocalPvVolumeGroupSetting, &kLocalPvExpectedReadOnlySetting,
+                 &kLocalPvMaxSeriesSetting, &kLocalPvMountinfoPidSetting, &kLocalPvUseLvmSetting,
+                 &kLocalPvLvmMaxAgeSetting, &kLocalPvApiDiscoverySetting,
+                 &kLocalPvApiPageSizeSetting, &kLocalPvApiTimeoutSetting, &kLocalPvApiMaxAgeSetting,
+                 &kLocalPvApiNodeKeysSetting},
+};
 
 class LocalPvProbe final : public Probe {
  public:
@@ -133,10 +201,7 @@ class LocalPvProbe final : public Probe {
         device_(std::move(device)),
         source_(std::move(source)),
         api_(std::move(api)) {}
-  std::string_view name() const override { return "local-pv"; }
-  std::uint32_t triggers() const override {
-    return kTriggerTimer | kTriggerUdevBlock | kTriggerMounts;
-  }
+  const ProbeSpec& spec() const override { return kLocalPvSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 
  private:

@@ -6,7 +6,7 @@
 namespace nodegate {
 namespace {
 
-constexpr const char* kCheck = "lvm";
+constexpr const char* kCheck = kLvmCheck;
 constexpr const char* kContainerHint =
     "lvm ran without the host's /dev and /run/lvm (typical inside a container): run it in the "
     "host's mount namespace with --lvm-command 'nsenter -t 1 -m -- lvm' (needs hostPID), or "
@@ -99,13 +99,12 @@ void lvHealthFindings(const LvmLv& lv, std::vector<StorageFinding>* out) {
 
 LvmPolicy lvmPolicy(const Config& cfg) {
   LvmPolicy p;
-  p.data_warn = cfg.number("lvm", "data_warn_percent", p.data_warn);
-  p.data_fail = cfg.number("lvm", "data_fail_percent", p.data_fail);
-  p.metadata_warn = cfg.number("lvm", "metadata_warn_percent", p.metadata_warn);
-  p.metadata_fail = cfg.number("lvm", "metadata_fail_percent", p.metadata_fail);
-  p.volume_group = cfg.text("lvm", "volume_group", "");
-  p.max_lv_series =
-      static_cast<std::size_t>(std::max(0.0, cfg.number("lvm", "max_lv_series", 256)));
+  p.data_warn = cfg.number(kLvmDataWarnSetting);
+  p.data_fail = cfg.number(kLvmDataFailSetting);
+  p.metadata_warn = cfg.number(kLvmMetadataWarnSetting);
+  p.metadata_fail = cfg.number(kLvmMetadataFailSetting);
+  p.volume_group = cfg.text(kLvmVolumeGroupSetting);
+  p.max_lv_series = static_cast<std::size_t>(cfg.number(kLvmMaxLvSeriesSetting));
   return p;
 }
 

@@ -44,11 +44,37 @@ void thinPoolFindings(const LvmLv& pool, const LvmPolicy& policy, std::vector<St
 // Pure evaluation of one lvm run.
 CheckResult evaluateLvm(const LvmFetch& fetch, const LvmPolicy& policy);
 
+inline const SettingSpec kLvmDataWarnSetting =
+    numberSetting(kLvmCheck, "data_warn_percent", 80, 0, 100,
+                  "thin-pool data use at which the result is WARN, %");
+inline const SettingSpec kLvmDataFailSetting =
+    numberSetting(kLvmCheck, "data_fail_percent", 90, 0, 100,
+                  "thin-pool data use at which the result is FAIL, %");
+inline const SettingSpec kLvmMetadataWarnSetting =
+    numberSetting(kLvmCheck, "metadata_warn_percent", 70, 0, 100,
+                  "thin-pool metadata use at which the result is WARN, %");
+inline const SettingSpec kLvmMetadataFailSetting =
+    numberSetting(kLvmCheck, "metadata_fail_percent", 85, 0, 100,
+                  "thin-pool metadata use at which the result is FAIL, %");
+inline const SettingSpec kLvmMaxLvSeriesSetting =
+    integerSetting(kLvmCheck, "max_lv_series", 256, 0, 100000, "bound on per-LV metric series");
+inline const ProbeSpec kLvmSpec{
+    .name = kLvmCheck,
+    .summary =
+        "volume groups complete, thin pools under their data and metadata thresholds, "
+        "every LV healthy (lvm fullreport)",
+    .triggers = kTriggerTimer | kTriggerUdevBlock,
+    .condition = "LocalStorageHealthy",
+    .default_required = false,
+    .settings = {&kLvmDataWarnSetting, &kLvmDataFailSetting, &kLvmMetadataWarnSetting,
+                 &kLvmMetadataFailSetting, &kLvmMaxLvSeriesSetting, &kLvmVolumeGroupSetting,
+                 &kLvmCommandSetting, &kLvmMaxOutputSetting},
+};
+
 class LvmProbe final : public Probe {
  public:
   explicit LvmProbe(std::shared_ptr<LvmReportSource> source) : source_(std::move(source)) {}
-  std::string_view name() const override { return "lvm"; }
-  std::uint32_t triggers() const override { return kTriggerTimer | kTriggerUdevBlock; }
+  const ProbeSpec& spec() const override { return kLvmSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 
  private:

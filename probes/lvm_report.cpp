@@ -557,7 +557,7 @@ std::shared_ptr<const LvmFetch> LvmReportSource::load(const HostRoot* host, cons
                                                       std::chrono::milliseconds max_age) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = std::chrono::steady_clock::now();
-  const std::string command = cfg.text("lvm", "command", "lvm");
+  const std::string command = cfg.text(kLvmCommandSetting);
   if (last_ && max_age.count() > 0 && last_->command == command && now - last_->at <= max_age)
     return last_;
 
@@ -576,7 +576,7 @@ std::shared_ptr<const LvmFetch> LvmReportSource::load(const HostRoot* host, cons
   }
   // A managed VG or a missing lvm changes what the probe says about an LVM-less host
   // (VolumeGroupMissing, NoLocalLvm), so only the plain case may skip lvm.
-  if (host && device_ && cfg.text("lvm", "volume_group", "").empty() &&
+  if (host && device_ && cfg.text(kLvmVolumeGroupSetting).empty() &&
       programInstalled(argv->front())) {
     const LvmLabelScan scan = scanLvmLabels(*host, *device_);
     fetch->label_scan = describeScan(scan);
@@ -586,9 +586,8 @@ std::shared_ptr<const LvmFetch> LvmReportSource::load(const HostRoot* host, cons
     }
   }
   const auto timeout = std::chrono::milliseconds(
-      static_cast<long long>(std::max(0.1, cfg.number("lvm", "timeout_seconds", 10)) * 1000));
-  const auto max_output =
-      static_cast<std::size_t>(std::max(4096.0, cfg.number("lvm", "max_output_bytes", 16 << 20)));
+      static_cast<long long>(std::max(0.1, cfg.probeTimeout(kLvmCheck)) * 1000));
+  const auto max_output = static_cast<std::size_t>(cfg.number(kLvmMaxOutputSetting));
   auto run = exec_->run(lvmFullreportArgs(*argv), timeout, max_output);
   if (!run) {
     fetch->failure = LvmRunFailure::Failed;

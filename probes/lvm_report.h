@@ -145,6 +145,18 @@ struct LvmFetch {
 // Runs lvm through the Exec seam and caches the parsed report, so the local-pv probe reuses the
 // lvm probe's run of the same cycle instead of running lvm a second time.
 //
+// The lvm check's settings that govern the run itself (the thresholds are in lvm.h), read
+// here because local-pv shares the run.
+inline constexpr char kLvmCheck[] = "lvm";
+inline const SettingSpec kLvmCommandSetting =
+    textSetting(kLvmCheck, "command", "lvm",
+                "the lvm command line (no shell); the --lvm-command flag wins over it");
+inline const SettingSpec kLvmVolumeGroupSetting =
+    textSetting(kLvmCheck, "volume_group", "",
+                "the managed VG (TopoLVM, lvm-localpv): it must exist; \"\" names none", {}, 128);
+inline const SettingSpec kLvmMaxOutputSetting = integerSetting(
+    kLvmCheck, "max_output_bytes", 16 << 20, 4096, 1 << 30, "bound on what lvm may print, bytes");
+
 // With a DeviceIo, get(host, ...) first scans the host's block devices for LVM2 labels
 // (lvm_label.h) and answers "no volume groups" without running lvm when none carries one. It
 // runs lvm as before whenever that is not certain: a device it cannot read, a managed volume

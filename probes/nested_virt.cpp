@@ -16,8 +16,16 @@ std::optional<bool> parseSysfsBool(std::string_view text) {
 CheckResult evaluateNestedVirt(const NestedObservation& o) {
   const bool on = o.nested.value_or(false);
   CheckResult r;
+  if (!o.unreadable.empty()) {
+    // Not knowing is not "off": no label is published for a fact that was not read.
+    r = makeResult(kNestedVirtCheck, Status::Unknown, "InputUnreadable", o.unreadable,
+                   "mount the host's /proc and /sys read-only into the agent (--host-root, "
+                   "--path.procfs, --path.sysfs)");
+    r.evidence.push_back({"policy checks.nested-virt.required", o.required ? "true" : "false"});
+    return r;
+  }
   if (on) {
-    r = makeResult("nested-virt", Status::Pass, "NestedEnabled",
+    r = makeResult(kNestedVirtCheck, Status::Pass, "NestedEnabled",
                    "nested virtualization is enabled (" + o.module + " nested=" + o.raw + ")");
   } else {
     std::string why;
@@ -40,11 +48,11 @@ CheckResult evaluateNestedVirt(const NestedObservation& o) {
       hint = "enable it: echo 'options " + o.module + " nested=1' > /etc/modprobe.d/" + o.module +
              ".conf, then reload " + o.module + " with no VM running";
     if (o.required) {
-      r = makeResult("nested-virt", Status::Warn, "NestedDisabled",
+      r = makeResult(kNestedVirtCheck, Status::Warn, "NestedDisabled",
                      "policy requires nested virtualization but it is off: " + why, hint);
     } else {
       // Not required: a reported value, not a problem (absence is a value).
-      r = makeResult("nested-virt", Status::Pass, "NestedDisabled",
+      r = makeResult(kNestedVirtCheck, Status::Pass, "NestedDisabled",
                      "nested virtualization is off (" + why + "); the policy does not require it");
     }
   }
@@ -61,8 +69,12 @@ CheckResult evaluateNestedVirt(const NestedObservation& o) {
 
 CheckResult NestedVirtProbe::run(const ProbeContext& ctx) {
   NestedObservation o;
-  o.required = ctx.config.flag("nested-virt", "required", false);
+  o.required = ctx.config.flag(kNestedVirtRequiredSetting);
   auto kvm = readKvmHostFacts(ctx.host);
+  if (!kvm.cpuinfo_read || kvm.arch.empty()) {
+    o.unreadable = "cannot read the CPU's architecture and flags from " + ctx.host.proc("cpuinfo");
+    return evaluateNestedVirt(o);
+  }
   o.arch = kvm.arch;
   o.cpu_hypervisor = kvm.hypervisor;
   o.backend = kvm.backend.primary();
@@ -72,12 +84,19 @@ CheckResult NestedVirtProbe::run(const ProbeContext& ctx) {
     o.module = o.backend;
   else if (o.backend.empty())
     o.module = kvm.cpu_module;
-  if (!o.module.empty()) {
-    if (auto v = readValue(ctx.host.sys("module/" + o.module + "/parameters/nested"))) {
-      o.raw = *v;
-      o.nested = parseSysfsBool(*v);
-    }
+  if (o.module.empty()) return evaluateNestedVirt(o);  // no parameter to read: a value
+  if (auto sys = sysfsReadable(ctx.host); !sys) {
+    o.unreadable = sys.error().message;
+    return evaluateNestedVirt(o);
   }
+  const std::string param = ctx.host.sys("module/" + o.module + "/parameters/nested");
+  if (auto v = readValue(param)) {
+    o.raw = *v;
+    o.nested = parseSysfsBool(*v);
+    if (!o.nested) o.unreadable = param + " holds \"" + *v + "\", not Y/N/1/0";
+  } else if (v.error().code != ENOENT) {
+    o.unreadable = v.error().message;  // EACCES, a FIFO, a file too large
+  }  // ENOENT in a readable sysfs: the module is not loaded, a value
   return evaluateNestedVirt(o);
 }
 

@@ -24,13 +24,29 @@ struct NestedObservation {
   bool cpu_hypervisor = false;  // this node is itself a guest
   bool required = false;        // policy
   bool loads_modules = true;    // false: a kernel without module support (all built in)
+  // Why the inputs could not be read (cpuinfo, sysfs, the parameter file): UNKNOWN, no label.
+  std::string unreadable;
 };
 
 CheckResult evaluateNestedVirt(const NestedObservation& obs);
 
+inline constexpr char kNestedVirtCheck[] = "nested-virt";
+inline const SettingSpec kNestedVirtRequiredSetting =
+    flagSetting(kNestedVirtCheck, "required", false, "WARN when nested virtualization is off");
+inline const ProbeSpec kNestedVirtSpec{
+    .name = kNestedVirtCheck,
+    .summary =
+        "nested virtualization as a label (<sys>/module/kvm_*/parameters/nested); WARN only when "
+        "required",
+    .triggers = kTriggerTimer,
+    .condition = "",
+    .default_required = false,
+    .settings = {&kNestedVirtRequiredSetting},
+};
+
 class NestedVirtProbe final : public Probe {
  public:
-  std::string_view name() const override { return "nested-virt"; }
+  const ProbeSpec& spec() const override { return kNestedVirtSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 };
 

@@ -8,7 +8,7 @@
 namespace nodegate {
 namespace {
 
-constexpr const char* kName = "node-services";
+constexpr const char* kName = kNodeServicesCheck;
 constexpr const char* kSystemd = "org.freedesktop.systemd1";
 constexpr const char* kSystemdPath = "/org/freedesktop/systemd1";
 constexpr const char* kManager = "org.freedesktop.systemd1.Manager";
@@ -209,7 +209,7 @@ UnitReport NodeServicesProbe::readUnit(const std::string& unit, const NodeServic
 }
 
 CheckResult NodeServicesProbe::run(const ProbeContext& ctx) {
-  const std::string address = probeBusAddress(ctx.host, ctx.config, kName);
+  const std::string address = probeBusAddress(ctx.host, ctx.config, kNodeServicesBusSetting);
   const auto timeout = probeBusTimeout(ctx.config, kName);
   if (!dbus_)
     return makeResult(kName, Status::Unknown, "NoDBus", "no D-Bus seam configured",
@@ -229,9 +229,9 @@ CheckResult NodeServicesProbe::run(const ProbeContext& ctx) {
 
   NodeServicesPolicy policy;
   policy.max_restarts =
-      static_cast<std::uint64_t>(std::max(0.0, ctx.config.number(kName, "max_restarts", 3)));
-  policy.window = std::chrono::seconds(
-      static_cast<long>(std::max(1.0, ctx.config.number(kName, "restart_window_seconds", 3600))));
+      static_cast<std::uint64_t>(ctx.config.number(kNodeServicesMaxRestartsSetting));
+  policy.window =
+      std::chrono::seconds(static_cast<long>(ctx.config.number(kNodeServicesWindowSetting)));
 
   std::vector<UnitReport> reports;
   auto read = [&](const std::string& unit) {
@@ -246,7 +246,7 @@ CheckResult NodeServicesProbe::run(const ProbeContext& ctx) {
     return rep;
   };
 
-  auto units = ctx.config.list(kName, "units", {});
+  auto units = ctx.config.list(kNodeServicesUnitsSetting, {});
   if (!units.empty()) {
     for (const auto& u : units) reports.push_back(read(u));
   } else {

@@ -23,6 +23,7 @@
 
 #include "nodegate/probe.h"
 #include "nodegate/seams.h"
+#include "time_sync.h"
 
 namespace nodegate {
 
@@ -71,10 +72,31 @@ struct NodeServicesPolicy {
 CheckResult evaluateNodeServices(const std::vector<UnitReport>& units,
                                  const NodeServicesPolicy& policy);
 
+inline constexpr char kNodeServicesCheck[] = "node-services";
+inline const SettingSpec kNodeServicesUnitsSetting = derivedDefault(
+    listSetting(kNodeServicesCheck, "units", {}, "systemd units to watch", {}, 64),
+    "kubelet.service plus containerd.service, or crio.service when containerd is not installed");
+inline const SettingSpec kNodeServicesMaxRestartsSetting =
+    integerSetting(kNodeServicesCheck, "max_restarts", 3, 0, 1e6,
+                   "automatic restarts tolerated within restart_window_seconds");
+inline const SettingSpec kNodeServicesWindowSetting =
+    numberSetting(kNodeServicesCheck, "restart_window_seconds", 3600, 1, 30 * 86400,
+                  "the window max_restarts counts in, seconds");
+inline const SettingSpec kNodeServicesBusSetting = busSetting(kNodeServicesCheck);
+inline const ProbeSpec kNodeServicesSpec{
+    .name = kNodeServicesCheck,
+    .summary = "kubelet and the container runtime run steadily (systemd1 over D-Bus)",
+    .triggers = kTriggerTimer,
+    .condition = "",
+    .default_required = false,
+    .settings = {&kNodeServicesUnitsSetting, &kNodeServicesMaxRestartsSetting,
+                 &kNodeServicesWindowSetting, &kNodeServicesBusSetting},
+};
+
 class NodeServicesProbe final : public Probe {
  public:
   explicit NodeServicesProbe(std::shared_ptr<DBus> dbus);
-  std::string_view name() const override { return "node-services"; }
+  const ProbeSpec& spec() const override { return kNodeServicesSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 
  private:

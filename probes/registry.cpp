@@ -1,5 +1,5 @@
-// Every probe nodegate has, one line each, in the order `nodegate check` prints them.
-// A test asserts the names are unique and kebab-case.
+// Every probe nodegate has, one line each, in the order `nodegate check` prints them: its spec
+// and how to build it. A test asserts the names are unique and kebab-case.
 #include "nodegate/registry.h"
 
 #include "cgroups.h"
@@ -13,32 +13,79 @@
 #include "lvm.h"
 #include "nested_virt.h"
 #include "node_services.h"
+#include "nodegate/agent_settings.h"
 #include "time_sync.h"
 #include "tun.h"
 #include "vhost_net.h"
 
 namespace nodegate {
+namespace {
+
+// What probes built in one makeProbes() call share: one lvm run per cycle for lvm and local-pv.
+struct Shared {
+  const Seams& seams;
+  std::shared_ptr<LvmReportSource> lvm_reports;
+};
+
+struct Entry {
+  const ProbeSpec* spec;
+  std::unique_ptr<Probe> (*make)(Shared&);
+};
+
+template <typename P, typename... A>
+std::unique_ptr<Probe> make(A&&... args) {
+  return std::make_unique<P>(std::forward<A>(args)...);
+}
+
+const Entry kEntries[] = {
+    {&kCpuVirtSpec, [](Shared&) { return make<CpuVirtProbe>(); }},
+    {&kKvmDeviceSpec, [](Shared& s) { return make<KvmDeviceProbe>(s.seams.device); }},
+    {&kVhostNetSpec, [](Shared& s) { return make<VhostNetProbe>(s.seams.device); }},
+    {&kTunSpec, [](Shared& s) { return make<TunProbe>(s.seams.device); }},
+    {&kKernelModulesSpec, [](Shared&) { return make<KernelModulesProbe>(); }},
+    {&kNestedVirtSpec, [](Shared&) { return make<NestedVirtProbe>(); }},
+    {&kIommuSpec, [](Shared&) { return make<IommuProbe>(); }},
+    {&kCgroupsSpec, [](Shared&) { return make<CgroupsProbe>(); }},
+    {&kHugepagesSpec, [](Shared&) { return make<HugepagesProbe>(); }},
+    {&kTimeSyncSpec, [](Shared& s) { return make<TimeSyncProbe>(s.seams.dbus, s.seams.clock); }},
+    {&kLvmSpec, [](Shared& s) { return make<LvmProbe>(s.lvm_reports); }},
+    {&kLocalPvSpec,
+     [](Shared& s) {
+       return make<LocalPvProbe>(s.lvm_reports, s.seams.device,
+                                 std::make_unique<KubeletDirPvSource>(), s.seams.api_pvs);
+     }},
+    {&kDnsPathSpec,  // agent/dns fills the verdicts
+     [](Shared&) { return make<DnsPathProbe>(processDnsVerdicts()); }},
+    {&kNodeServicesSpec, [](Shared& s) { return make<NodeServicesProbe>(s.seams.dbus); }},
+};
+
+}  // namespace
 
 ProbeList makeProbes(const Seams& seams) {
+  Shared shared{seams, std::make_shared<LvmReportSource>(seams.exec, seams.device)};
   ProbeList p;
-  p.push_back(std::make_unique<CpuVirtProbe>());
-  p.push_back(std::make_unique<KvmDeviceProbe>(seams.device));
-  p.push_back(std::make_unique<VhostNetProbe>(seams.device));
-  p.push_back(std::make_unique<TunProbe>(seams.device));
-  p.push_back(std::make_unique<KernelModulesProbe>());
-  p.push_back(std::make_unique<NestedVirtProbe>());
-  p.push_back(std::make_unique<IommuProbe>());
-  p.push_back(std::make_unique<CgroupsProbe>());
-  p.push_back(std::make_unique<HugepagesProbe>());
-  p.push_back(std::make_unique<TimeSyncProbe>(seams.dbus, seams.clock));
-  // lvm and local-pv share one lvm run per cycle through this source.
-  auto lvm_reports = std::make_shared<LvmReportSource>(seams.exec, seams.device);
-  p.push_back(std::make_unique<LvmProbe>(lvm_reports));
-  p.push_back(std::make_unique<LocalPvProbe>(
-      lvm_reports, seams.device, std::make_unique<KubeletDirPvSource>(), seams.api_pvs));
-  p.push_back(std::make_unique<DnsPathProbe>(processDnsVerdicts()));  // agent/dns fills it
-  p.push_back(std::make_unique<NodeServicesProbe>(seams.dbus));
+  for (const auto& e : kEntries) p.push_back(e.make(shared));
   return p;
+}
+
+const std::vector<const ProbeSpec*>& probeSpecs() {
+  static const std::vector<const ProbeSpec*> specs = [] {
+    std::vector<const ProbeSpec*> out;
+    for (const auto& e : kEntries) out.push_back(e.spec);
+    return out;
+  }();
+  return specs;
+}
+
+const ConfigSchema& configSchema() {
+  static const ConfigSchema schema{probeSpecs(), {&kKubeSectionSpec}};
+  return schema;
+}
+
+Config defaultConfig() {
+  Config c;
+  c.required = configSchema().defaultRequired();
+  return c;
 }
 
 }  // namespace nodegate

@@ -14,9 +14,7 @@
 namespace nodegate {
 namespace {
 
-constexpr const char* kName = "time-sync";
-constexpr const char* kTimedateService = "org.freedesktop.timedate1";
-constexpr const char* kTimedatePath = "/org/freedesktop/timedate1";
+constexpr const char* kName = kTimeSyncCheck;
 // The kernel caps the maximum error at NTP_PHASE_LIMIT and sets STA_UNSYNC when it gets there.
 constexpr long kMaxErrorCapUs = 16000000;
 // Without discipline the kernel grows maxerror by MAXFREQ, 500 us per second.
@@ -85,8 +83,14 @@ std::optional<double> readUptime(const HostRoot& host) {
 
 }  // namespace
 
-std::string probeBusAddress(const HostRoot& host, const Config& cfg, std::string_view probe) {
-  std::string bus = cfg.text(probe, "bus", "");
+SettingSpec busSetting(std::string check) {
+  return derivedDefault(
+      textSetting(std::move(check), "bus", "", "D-Bus address (\"unix:path=...\") or socket path"),
+      "the host's <rootfs>/run/dbus/system_bus_socket");
+}
+
+std::string probeBusAddress(const HostRoot& host, const Config& cfg, const SettingSpec& setting) {
+  std::string bus = cfg.text(setting, "");
   // A D-Bus address always has "transport:key=value"; a bare path has no '='.
   if (bus.find('=') != std::string::npos) return bus;
   std::string path = bus.empty() ? host.root("run/dbus/system_bus_socket") : bus;
@@ -140,9 +144,7 @@ std::optional<Error> busSocketMissing(const std::string& address) {
 }
 
 std::chrono::milliseconds probeBusTimeout(const Config& cfg, std::string_view probe) {
-  double s = cfg.number(probe, "timeout_seconds", 1.0);
-  if (!(s > 0)) s = 1.0;
-  s = std::clamp(s, 0.05, 30.0);
+  double s = cfg.hasProbeTimeout(probe) ? std::min(cfg.probeTimeout(probe), 30.0) : 1.0;
   return std::chrono::milliseconds(static_cast<long>(s * 1000));
 }
 
@@ -301,7 +303,7 @@ TimeSyncProbe::TimeSyncProbe(std::shared_ptr<DBus> dbus, std::shared_ptr<KernelC
 
 CheckResult TimeSyncProbe::run(const ProbeContext& ctx) {
   TimeSyncInputs in;
-  const std::string address = probeBusAddress(ctx.host, ctx.config, kName);
+  const std::string address = probeBusAddress(ctx.host, ctx.config, kTimeSyncBusSetting);
   const auto timeout = probeBusTimeout(ctx.config, kName);
 
   if (!dbus_) {
@@ -339,17 +341,11 @@ CheckResult TimeSyncProbe::run(const ProbeContext& ctx) {
   }
 
   TimeSyncPolicy policy;
-  policy.max_error_s = ctx.config.number(kName, "max_error_seconds", policy.max_error_s);
-  policy.grace_s = ctx.config.number(kName, "grace_seconds", policy.grace_s);
+  policy.max_error_s = ctx.config.number(kTimeSyncMaxErrorSetting);
+  policy.grace_s = ctx.config.number(kTimeSyncGraceSetting);
   auto r = evaluateTimeSync(in, policy);
   r.evidence.insert(r.evidence.begin(), {"bus", address});
   return r;
-}
-
-TimeSyncWatcher::TimeSyncWatcher(DBus& dbus, const std::string& address,
-                                 std::function<void()> on_change, std::chrono::milliseconds timeout)
-    : client_(dbus.client(address, timeout)) {
-  client_->watchProperties(kTimedatePath, kTimedateService, std::move(on_change));
 }
 
 }  // namespace nodegate

@@ -24,11 +24,13 @@
 
 namespace nodegate {
 
-// The bus a D-Bus probe talks to: checks.<probe>.bus, an address ("unix:path=...") taken as is or
+// The bus a D-Bus probe talks to: its `bus` setting, an address ("unix:path=...") taken as is or
 // a socket path made into one, defaulting to the host's system bus socket under --path.rootfs.
-std::string probeBusAddress(const HostRoot& host, const Config& cfg, std::string_view probe);
+std::string probeBusAddress(const HostRoot& host, const Config& cfg, const SettingSpec& bus);
+// A D-Bus probe's `bus` setting (time-sync and node-services each have one).
+SettingSpec busSetting(std::string check);
 
-// Seconds from checks.<probe>.timeout_seconds (default 1), clamped to something sane.
+// Seconds from checks.<probe>.timeout_seconds (1 when unset), at most 30.
 std::chrono::milliseconds probeBusTimeout(const Config& cfg, std::string_view probe);
 
 // The socket path of a plain "unix:path=..." address (%-escapes decoded); nullopt for any other
@@ -98,11 +100,32 @@ struct TimeSyncInputs {
 // Pure evaluation; metrics nodegate_time_synchronized, _max_error_seconds, _offset_seconds.
 CheckResult evaluateTimeSync(const TimeSyncInputs& in, const TimeSyncPolicy& policy);
 
+inline constexpr char kTimeSyncCheck[] = "time-sync";
+// timedate1, which the probe reads and agent/triggers/time_sync_watch.h watches.
+inline constexpr char kTimedateService[] = "org.freedesktop.timedate1";
+inline constexpr char kTimedatePath[] = "/org/freedesktop/timedate1";
+inline const SettingSpec kTimeSyncBusSetting = busSetting(kTimeSyncCheck);
+inline const SettingSpec kTimeSyncMaxErrorSetting =
+    numberSetting(kTimeSyncCheck, "max_error_seconds", 0.1, 1e-6, 3600,
+                  "kernel maximum error at or above which the result is WARN, seconds");
+inline const SettingSpec kTimeSyncGraceSetting =
+    numberSetting(kTimeSyncCheck, "grace_seconds", 600, 0, 7 * 86400,
+                  "how long the clock may be unsynchronised before FAIL, seconds");
+inline const ProbeSpec kTimeSyncSpec{
+    .name = kTimeSyncCheck,
+    .summary =
+        "clock synchronised (timedate1 NTPSynchronized, adjtimex) with its maximum error "
+        "under a threshold",
+    .triggers = kTriggerTimer | kTriggerDBusTime,
+    .condition = "TimeSynchronized",
+    .default_required = false,
+    .settings = {&kTimeSyncBusSetting, &kTimeSyncMaxErrorSetting, &kTimeSyncGraceSetting},
+};
+
 class TimeSyncProbe final : public Probe {
  public:
   TimeSyncProbe(std::shared_ptr<DBus> dbus, std::shared_ptr<KernelClock> clock);
-  std::string_view name() const override { return "time-sync"; }
-  std::uint32_t triggers() const override { return kTriggerTimer | kTriggerDBusTime; }
+  const ProbeSpec& spec() const override { return kTimeSyncSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 
  private:
@@ -111,26 +134,6 @@ class TimeSyncProbe final : public Probe {
   std::unique_ptr<DBusClient> client_;  // kept across runs: one connection, reconnected inside
   std::string client_key_;
   UnsyncedClock unsynced_;
-};
-
-// Turns timedate1's PropertiesChanged into a trigger for the agent. Wiring, in the agent:
-//
-//   TimeSyncWatcher watch(*seams.dbus, probeBusAddress(host, cfg, "time-sync"),
-//                         [&runner] { runner.trigger(kTriggerDBusTime); });
-//
-// on_change runs on the watcher's own D-Bus thread on every PropertiesChanged of
-// org.freedesktop.timedate1 and whenever the bus connection drops or comes back (then anything
-// may have changed). It must be short and non-blocking; destroy the watcher before what the
-// callback touches. The watcher reconnects by itself with backoff.
-// Note: timedated signals changes of NTP and Timezone; NTPSynchronized is computed on read, so
-// losing sync is still caught by the periodic resync.
-class TimeSyncWatcher {
- public:
-  TimeSyncWatcher(DBus& dbus, const std::string& address, std::function<void()> on_change,
-                  std::chrono::milliseconds timeout = std::chrono::seconds(1));
-
- private:
-  std::unique_ptr<DBusClient> client_;
 };
 
 }  // namespace nodegate

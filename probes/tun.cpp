@@ -35,7 +35,7 @@ std::string tunFeatureNames(unsigned f) {
 CheckResult evaluateTun(const TunObservation& o) {
   const std::string& dev = o.node.path;
   const DeviceNodeTexts texts{
-      "tun",
+      kTunCheck,
       "tun",
       Status::Fail,
       o.sys_misc_present,
@@ -46,18 +46,18 @@ CheckResult evaluateTun(const TunObservation& o) {
     r = std::move(*unusable);
   } else {
     if (!o.features) {
-      r = makeResult("tun", Status::Fail, "FeaturesUnavailable",
+      r = makeResult(kTunCheck, Status::Fail, "FeaturesUnavailable",
                      "TUNGETFEATURES failed on " + dev + ": " + causeOf(o.features_error),
                      "check that " + dev + " is the tun device (char 10:200)");
     } else if ((*o.features & kRequired) != kRequired) {
-      r = makeResult("tun", Status::Fail, "MissingTunFeatures",
+      r = makeResult(kTunCheck, Status::Fail, "MissingTunFeatures",
                      "tun lacks " + tunFeatureNames(kRequired & ~*o.features),
                      "upgrade the host kernel; virt-launcher needs TAP with vnet headers");
     } else if (!(*o.features & IFF_MULTI_QUEUE)) {
-      r = makeResult("tun", Status::Warn, "NoMultiQueue", "tun has no IFF_MULTI_QUEUE",
+      r = makeResult(kTunCheck, Status::Warn, "NoMultiQueue", "tun has no IFF_MULTI_QUEUE",
                      "VMIs with networkInterfaceMultiqueue will fail on this node");
     } else {
-      r = makeResult("tun", Status::Pass, "TunUsable",
+      r = makeResult(kTunCheck, Status::Pass, "TunUsable",
                      "tun offers TAP, vnet headers and multi-queue");
     }
   }

@@ -26,11 +26,20 @@ std::string tunFeatureNames(unsigned features);
 
 CheckResult evaluateTun(const TunObservation& obs);
 
+inline constexpr char kTunCheck[] = "tun";
+inline const ProbeSpec kTunSpec{
+    .name = kTunCheck,
+    .summary = "/dev/net/tun exists, opens and answers TUNGETFEATURES; label tun",
+    .triggers = kTriggerTimer | kTriggerUdevMisc,
+    .condition = "VirtualizationReady",
+    .default_required = true,
+    .settings = {},
+};
+
 class TunProbe final : public Probe {
  public:
   explicit TunProbe(std::shared_ptr<DeviceIo> io) : io_(std::move(io)) {}
-  std::string_view name() const override { return "tun"; }
-  std::uint32_t triggers() const override { return kTriggerTimer | kTriggerUdevMisc; }
+  const ProbeSpec& spec() const override { return kTunSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 
  private:

@@ -30,7 +30,7 @@ std::string vhostFeatureNames(std::uint64_t f) {
 
 CheckResult evaluateVhostNet(const VhostNetObservation& o) {
   const std::string& dev = o.node.path;
-  const DeviceNodeTexts texts{"vhost-net",
+  const DeviceNodeTexts texts{kVhostNetCheck,
                               "vhost_net",
                               Status::Warn,
                               o.sys_misc_present,
@@ -42,11 +42,11 @@ CheckResult evaluateVhostNet(const VhostNetObservation& o) {
     r = std::move(*unusable);
   } else {
     if (!o.features) {
-      r = makeResult("vhost-net", Status::Warn, "FeaturesUnavailable",
+      r = makeResult(kVhostNetCheck, Status::Warn, "FeaturesUnavailable",
                      "VHOST_GET_FEATURES failed on " + dev + ": " + causeOf(o.features_error),
                      "check that " + dev + " is the vhost-net device (char 10:238)");
     } else {
-      r = makeResult("vhost-net", Status::Pass, "VhostNetUsable",
+      r = makeResult(kVhostNetCheck, Status::Pass, "VhostNetUsable",
                      "vhost-net answers VHOST_GET_FEATURES");
     }
   }

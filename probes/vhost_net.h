@@ -32,11 +32,22 @@ std::string vhostFeatureNames(std::uint64_t features);
 
 CheckResult evaluateVhostNet(const VhostNetObservation& obs);
 
+inline constexpr char kVhostNetCheck[] = "vhost-net";
+inline const ProbeSpec kVhostNetSpec{
+    .name = kVhostNetCheck,
+    .summary =
+        "/dev/vhost-net exists, opens and answers VHOST_GET_FEATURES (WARN if not); label "
+        "vhost-net",
+    .triggers = kTriggerTimer | kTriggerUdevMisc,
+    .condition = "VirtualizationReady",
+    .default_required = false,
+    .settings = {},
+};
+
 class VhostNetProbe final : public Probe {
  public:
   explicit VhostNetProbe(std::shared_ptr<DeviceIo> io) : io_(std::move(io)) {}
-  std::string_view name() const override { return "vhost-net"; }
-  std::uint32_t triggers() const override { return kTriggerTimer | kTriggerUdevMisc; }
+  const ProbeSpec& spec() const override { return kVhostNetSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 
  private:

@@ -2,12 +2,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <iostream>
-#include <thread>
 
 #include "cli/commands.h"
+#include "loop/runner.h"
 #include "nodegate/json.h"
 #include "nodegate/registry.h"
 #include "nodegate/runner.h"
@@ -17,7 +16,7 @@
 namespace nodegate {
 namespace {
 
-constexpr std::size_t kCheckWorkers = 2;  // plus the calling thread
+constexpr std::size_t kCheckThreads = 3;
 
 // Exit codes (README documents them): 0 every check PASS, 1 any FAIL, 3 no FAIL but some
 // WARN/UNKNOWN. 2 is reserved for usage errors.
@@ -99,25 +98,17 @@ int runCheck(const Options& opts) {
     return 2;
   }
   HostRoot host = opts.hostRoot();
-  ProbeContext ctx{host, *cfg};
-  auto probes = makeProbes(productionSeams());
   // A few probes wait (lvm as a child process, D-Bus calls, the kernel building a VM), so a
   // one-shot check runs probes side by side; the table keeps registry order. Three threads take
   // the probes in turn rather than one thread each: most probes are file reads of microseconds,
   // and a thread per probe (stack mapping, page faults, clone, teardown) cost more CPU than the
   // reads (perf stat, docs/benchmarks/check.md), while three still let lvm and both D-Bus probes
-  // wait at the same time.
-  std::vector<CheckResult> results(probes.size());
-  std::atomic<std::size_t> next{0};
-  auto work = [&] {
-    for (std::size_t i; (i = next.fetch_add(1)) < probes.size();)
-      results[i] = runProbe(*probes[i], ctx);
-  };
-  std::vector<std::thread> workers;
-  for (std::size_t i = 0; i < std::min(kCheckWorkers, probes.size()); ++i)
-    workers.emplace_back(work);
-  work();
-  for (auto& t : workers) t.join();
+  // wait at the same time. The agent's runner runs them, so every probe has the deadline it has
+  // in the agent (checks.<probe>.timeout_seconds): a probe that hangs is UNKNOWN/ProbeTimeout.
+  RunnerOptions ro;
+  ro.max_parallel = kCheckThreads;
+  Runner runner(makeProbes(productionSeams()), host, *cfg, ro);
+  const std::vector<CheckResult> results = runner.runOnce();
   const auto blockers = gateBlockers(results, *cfg);
 
   if (opts.output == "json") {
@@ -142,7 +133,14 @@ int runCheck(const Options& opts) {
     bool color = opts.color == "always" || (opts.color == "auto" && ::isatty(1));
     printTable(results, *cfg, blockers, opts.runbook_base_url, color);
   }
-  return exitCode(results);
+  const int code = exitCode(results);
+  if (runner.stop() > 0) {
+    // A probe past its deadline still runs on a thread of its own: leave without destructors.
+    std::fflush(nullptr);
+    std::cout.flush();
+    ::_exit(code);
+  }
+  return code;
 }
 
 }  // namespace nodegate

@@ -1,10 +1,14 @@
 #include "cli/options.h"
 
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <functional>
 #include <map>
+
+#include "lvm_report.h"
+#include "nodegate/registry.h"
 
 namespace nodegate {
 namespace {
@@ -17,6 +21,39 @@ bool parseDouble(const std::string& s, double* out) {
   char* end = nullptr;
   *out = std::strtod(s.c_str(), &end);
   return !s.empty() && end && *end == '\0';
+}
+
+// --resync: at least half a second (a cycle forks lvm and walks /proc), at most a day; NaN and
+// infinities are not numbers of seconds.
+constexpr double kMinResync = 0.5, kMaxResync = 86400;
+
+// "ADDR:PORT", ":PORT", "PORT" or "[v6]:PORT" with a numeric address (what the HTTP listener
+// binds; inet_pton, so 999.1.1.1 is refused instead of wrapping to 231.1.1.1) and a port from 1
+// to 65535.
+Result<void> checkListen(const std::string& flag, const std::string& v) {
+  auto bad = [&](const std::string& why) {
+    return usageError("invalid value \"" + v + "\" for " + flag + ": " + why);
+  };
+  std::string host, port = v;
+  if (!v.empty() && v[0] == '[') {
+    auto close = v.find("]:");
+    if (close == std::string::npos) return bad("want [IPv6]:PORT");
+    host = v.substr(1, close - 1);
+    port = v.substr(close + 2);
+    in6_addr a6{};
+    if (::inet_pton(AF_INET6, host.c_str(), &a6) != 1) return bad("not an IPv6 address");
+  } else if (auto colon = v.rfind(':'); colon != std::string::npos) {
+    host = v.substr(0, colon);
+    port = v.substr(colon + 1);
+    in_addr a4{};
+    if (!host.empty() && ::inet_pton(AF_INET, host.c_str(), &a4) != 1)
+      return bad("not an IPv4 address (IPv6 goes in brackets: [::1]:PORT)");
+  }
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) < 1 ||
+      std::stoi(port) > 65535)
+    return bad("the port must be a number from 1 to 65535");
+  return {};
 }
 
 }  // namespace
@@ -53,7 +90,7 @@ agent:
   --gate-label KEY=VALUE   default <prefix>/vm-ready=true
   --taint                  taint <prefix>/not-ready:NoSchedule while the gate is closed
   --lvm-command "CMD ARGS" default "lvm"
-  --resync SECONDS         periodic re-probe, jittered (default 60)
+  --resync SECONDS         periodic re-probe, jittered (default 60; 0.5 to 86400)
   --dns-trace auto|on|off
   --dns-netns PATH         extra network namespace to trace (repeatable)
   --log-level debug|info|warn|error
@@ -86,14 +123,12 @@ std::pair<std::string, std::string> Options::gateLabel() const {
   return {spec.substr(0, eq), spec.substr(eq + 1)};
 }
 
-Result<Options> parseOptions(int argc, char** argv) {
-  Options o;
-  for (auto [var, dst] :
-       {std::pair{"NODEGATE_HOST_ROOT", &o.host_root}, std::pair{"NODEGATE_CONFIG", &o.config_path},
-        std::pair{"NODEGATE_LVM_COMMAND", &o.lvm_command},
-        std::pair{"NODEGATE_RUNBOOK_BASE_URL", &o.runbook_base_url}})
-    if (const char* v = std::getenv(var); v && *v) *dst = v;
-  using Setter = std::function<Result<void>(const std::string&)>;
+namespace {
+
+using Setter = std::function<Result<void>(const std::string&)>;
+
+// The flags that take a value, each with what checks and stores it in o.
+std::map<std::string, Setter> valuedFlags(Options& o) {
   auto str = [](std::string* dst) -> Setter {
     return [dst](const std::string& v) -> Result<void> {
       *dst = v;
@@ -112,7 +147,7 @@ Result<Options> parseOptions(int argc, char** argv) {
       return usageError("invalid value \"" + v + "\" for " + flag);
     };
   };
-  std::map<std::string, Setter> valued = {
+  return {
       {"--host-root", str(&o.host_root)},
       {"--path.procfs", str(&o.procfs)},
       {"--path.sysfs", str(&o.sysfs)},
@@ -121,8 +156,19 @@ Result<Options> parseOptions(int argc, char** argv) {
       {"--output", oneOf(&o.output, {"table", "json"}, "--output")},
       {"--color", oneOf(&o.color, {"auto", "always", "never"}, "--color")},
       {"--config", str(&o.config_path)},
-      {"--listen", str(&o.listen)},
-      {"--debug-listen", str(&o.debug_listen)},
+      {"--listen",
+       [&o](const std::string& v) -> Result<void> {
+         if (auto r = checkListen("--listen", v); !r) return r;
+         o.listen = v;
+         return {};
+       }},
+      {"--debug-listen",
+       [&o](const std::string& v) -> Result<void> {
+         if (!v.empty())  // "" turns the debug listener off
+           if (auto r = checkListen("--debug-listen", v); !r) return r;
+         o.debug_listen = v;
+         return {};
+       }},
       {"--kube", oneOf(&o.kube, {"auto", "incluster", "kubeconfig", "none"}, "--kube")},
       {"--kubeconfig", str(&o.kubeconfig)},
       {"--node-name", str(&o.node_name)},
@@ -137,8 +183,12 @@ Result<Options> parseOptions(int argc, char** argv) {
       {"--lvm-command", str(&o.lvm_command)},
       {"--resync",
        [&o](const std::string& v) -> Result<void> {
-         if (!parseDouble(v, &o.resync_seconds) || o.resync_seconds <= 0)
-           return usageError("--resync wants a positive number of seconds");
+         double s = 0;
+         // !(in range) also refuses NaN.
+         if (!parseDouble(v, &s) || !(s >= kMinResync && s <= kMaxResync))
+           return usageError("invalid value \"" + v +
+                             "\" for --resync: want seconds from 0.5 to 86400");
+         o.resync_seconds = s;
          return {};
        }},
       {"--dns-trace", oneOf(&o.dns_trace, {"auto", "on", "off"}, "--dns-trace")},
@@ -152,6 +202,18 @@ Result<Options> parseOptions(int argc, char** argv) {
       {"--vmi", str(&o.vmi)},
       {"--api", str(&o.api)},
   };
+}
+
+}  // namespace
+
+Result<Options> parseOptions(int argc, char** argv) {
+  Options o;
+  for (auto [var, dst] :
+       {std::pair{"NODEGATE_HOST_ROOT", &o.host_root}, std::pair{"NODEGATE_CONFIG", &o.config_path},
+        std::pair{"NODEGATE_LVM_COMMAND", &o.lvm_command},
+        std::pair{"NODEGATE_RUNBOOK_BASE_URL", &o.runbook_base_url}})
+    if (const char* v = std::getenv(var); v && *v) *dst = v;
+  const std::map<std::string, Setter> valued = valuedFlags(o);
   std::map<std::string, bool*> boolean = {{"--taint", &o.taint}, {"--follow", &o.follow}};
 
   for (int i = 1; i < argc; ++i) {
@@ -208,15 +270,15 @@ Result<Options> parseOptions(int argc, char** argv) {
 }
 
 Result<Config> buildConfig(const Options& opts) {
-  Config cfg;
+  Config cfg = defaultConfig();
   if (!opts.config_path.empty()) {
-    auto loaded = loadConfig(opts.config_path);
+    auto loaded = loadConfig(opts.config_path, configSchema());
     if (!loaded) return loaded.error();
     cfg = std::move(loaded).value();
   }
   // A flag beats the file: the chart passes --lvm-command, users may keep a shared config.
-  if (opts.lvm_command != "lvm" || cfg.text("lvm", "command", "").empty())
-    cfg.set("lvm", "command", opts.lvm_command);
+  if (opts.lvm_command != "lvm" || cfg.text(kLvmCommandSetting).empty())
+    cfg.set(kLvmCommandSetting.section, kLvmCommandSetting.key, opts.lvm_command);
   return cfg;
 }
 

@@ -1,81 +1,17 @@
 #include "dns/discovery.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <map>
 #include <set>
-#include <thread>
-
-#include <arpa/inet.h>
-#include <netlink/cache.h>
-#include <netlink/netlink.h>
-#include <netlink/route/addr.h>
-#include <netlink/route/link.h>
 
 #include "dns_path.h"
 
 namespace nodegate::dns {
 namespace {
-
-// The addresses of every link, by ifindex, as text without prefix length.
-Result<std::map<int, std::vector<std::string>>> addressesHere(nl_sock* sk) {
-  nl_cache* cache = nullptr;
-  int err = rtnl_addr_alloc_cache(sk, &cache);
-  if (err < 0) return Error{0, std::string("failed to list addresses: ") + nl_geterror(err)};
-  std::map<int, std::vector<std::string>> out;
-  for (nl_object* o = nl_cache_get_first(cache); o; o = nl_cache_get_next(o)) {
-    auto* a = reinterpret_cast<rtnl_addr*>(o);
-    nl_addr* local = rtnl_addr_get_local(a);
-    if (!local) continue;
-    int family = nl_addr_get_family(local);
-    char text[INET6_ADDRSTRLEN] = {};
-    if ((family != AF_INET && family != AF_INET6) ||
-        !::inet_ntop(family, nl_addr_get_binary_addr(local), text, sizeof text))
-      continue;
-    out[rtnl_addr_get_ifindex(a)].push_back(text);
-  }
-  nl_cache_free(cache);
-  return out;
-}
-
-Result<std::vector<LinkInfo>> listLinksHere(bool with_addresses) {
-  nl_sock* sk = nl_socket_alloc();
-  if (!sk) return Error{ENOMEM, "failed to allocate netlink socket"};
-  std::vector<LinkInfo> out;
-  int err = nl_connect(sk, NETLINK_ROUTE);
-  nl_cache* cache = nullptr;
-  if (err == 0) err = rtnl_link_alloc_cache(sk, AF_UNSPEC, &cache);
-  if (err < 0) {
-    nl_socket_free(sk);
-    return Error{0, std::string("failed to list links: ") + nl_geterror(err)};
-  }
-  for (nl_object* o = nl_cache_get_first(cache); o; o = nl_cache_get_next(o)) {
-    auto* l = reinterpret_cast<rtnl_link*>(o);
-    LinkInfo li;
-    li.ifindex = rtnl_link_get_ifindex(l);
-    if (const char* n = rtnl_link_get_name(l)) li.name = n;
-    if (const char* k = rtnl_link_get_type(l)) li.kind = k;
-    li.peer_ifindex = static_cast<int>(rtnl_link_get_link(l));
-    li.master = static_cast<int>(rtnl_link_get_master(l));
-    out.push_back(std::move(li));
-  }
-  nl_cache_free(cache);
-  if (with_addresses) {
-    auto addrs = addressesHere(sk);
-    if (!addrs) {
-      nl_socket_free(sk);
-      return addrs.error();
-    }
-    for (auto& l : out)
-      if (auto it = addrs->find(l.ifindex); it != addrs->end()) l.addresses = it->second;
-  }
-  nl_socket_free(sk);
-  return out;
-}
 
 bool startsWith(const std::string& s, std::string_view p) {
   return s.rfind(p, 0) == 0;
@@ -84,22 +20,8 @@ bool startsWith(const std::string& s, std::string_view p) {
 }  // namespace
 
 Result<std::vector<LinkInfo>> listLinks(const std::string& netns_path, bool with_addresses) {
-  if (netns_path.empty()) return listLinksHere(with_addresses);
-  int fd = ::open(netns_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errnoError(errno, "open netns " + netns_path);
-  // setns() changes only the calling thread's netns; a thread of its own keeps every other
-  // thread (and this one's caller) where it was, and the netns is left when the thread ends.
-  Result<std::vector<LinkInfo>> result = Error{0, "not run"};
-  std::thread t([&] {
-    if (::setns(fd, CLONE_NEWNET) != 0) {
-      result = errnoError(errno, "enter netns " + netns_path);
-      return;
-    }
-    result = listLinksHere(with_addresses);
-  });
-  t.join();
-  ::close(fd);
-  return result;
+  // The production netlink seam (probes/sys/netlink.cpp); hop discovery takes it from there.
+  return makeSysNetlink()->listLinks(netns_path, with_addresses);
 }
 
 Result<std::uint64_t> netnsInode(const std::string& netns_path) {

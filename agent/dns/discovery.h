@@ -13,17 +13,12 @@
 #include "dns/hops.h"
 #include "nodegate/host_root.h"
 #include "nodegate/result.h"
+#include "nodegate/seams.h"
 
 namespace nodegate::dns {
 
-struct LinkInfo {
-  int ifindex = 0;
-  std::string name;
-  std::string kind;      // rtnetlink IFLA_INFO_KIND: "veth", "bridge", "tun", "" when none
-  int peer_ifindex = 0;  // IFLA_LINK: a veth's peer (in whatever netns the peer lives)
-  int master = 0;        // bridge the link is enslaved to
-  std::vector<std::string> addresses;  // IPv4/IPv6 addresses, no prefix; only when asked for
-};
+// One link as rtnetlink lists it (the Netlink seam's type, nodegate/seams.h).
+using LinkInfo = nodegate::LinkInfo;
 
 // Lists the links of the netns at netns_path ("" = the caller's own), with their addresses when
 // with_addresses (one more rtnetlink dump: only DNS server candidates need them).

@@ -724,16 +724,15 @@ Result<std::unique_ptr<Extension>> startDnsTracer(AgentServices& s) {
   cfg.node_name = s.options.node_name;
   // CoreDNS by default; other servers the Service points at (a renamed build) by their comm.
   cfg.server_processes.clear();
-  for (auto& name : s.config.list("dns-path", "server_processes", {"coredns"}))
+  for (auto& name : s.config.list(kDnsPathServerProcessesSetting))
     cfg.server_processes.insert(std::move(name));
   cfg.limits.timeout_ns =
-      static_cast<std::uint64_t>(s.config.number("dns-path", "query_timeout_seconds", 5) * 1e9);
-  cfg.window =
-      std::chrono::seconds(static_cast<long>(s.config.number("dns-path", "window_seconds", 300)));
-  cfg.rescan = std::chrono::milliseconds(
-      static_cast<long>(s.config.number("dns-path", "rescan_seconds", 2) * 1000));
+      static_cast<std::uint64_t>(s.config.number(kDnsPathQueryTimeoutSetting) * 1e9);
+  cfg.window = std::chrono::seconds(static_cast<long>(s.config.number(kDnsPathWindowSetting)));
+  cfg.rescan =
+      std::chrono::milliseconds(static_cast<long>(s.config.number(kDnsPathRescanSetting) * 1000));
   cfg.rescan_with_events = std::chrono::milliseconds(
-      static_cast<long>(s.config.number("dns-path", "rescan_with_events_seconds", 30) * 1000));
+      static_cast<long>(s.config.number(kDnsPathRescanWithEventsSetting) * 1000));
   cfg.kernel_events = s.kernel_events;
   cfg.board = processDnsVerdicts();
   cfg.cluster = processClusterDns();

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "nodegate/agent_settings.h"
 #include "nodegate/log.h"
 
 namespace nodegate::kube {
@@ -81,9 +82,9 @@ int errnoOf(long code, const std::string& transport) {
 }  // namespace
 
 std::vector<std::string> defaultNodeKeys() {
-  // kubelet's hostname label (local volumes), TopoLVM (old and new group), OpenEBS lvm-localpv.
-  return {"kubernetes.io/hostname", "topology.topolvm.io/node", "topology.topolvm.cybozu.com/node",
-          "openebs.io/nodename"};
+  // kubelet's hostname label (local volumes), TopoLVM (old and new group), OpenEBS lvm-localpv:
+  // the default of checks.local-pv.api_node_keys.
+  return kLocalPvApiNodeKeysSetting.fallback.get<std::vector<std::string>>();
 }
 
 Result<NodeIdentity> parseNode(std::string_view body) {
@@ -481,7 +482,7 @@ Result<PvListing> ApiPvSource::list(const HostRoot&, const Config&) {
 
 std::shared_ptr<PvSource> makeApiPvSource(const Options& opts, const Config& config,
                                           prometheus::Registry& registry) {
-  if (!config.flag("local-pv", "api_discovery", true) || opts.kube == "none") return nullptr;
+  if (!config.flag(kLocalPvApiDiscoverySetting) || opts.kube == "none") return nullptr;
   if (opts.node_name.empty()) {
     log::warn("local-pv api discovery off: no node name", {{"kube", opts.kube}});
     return nullptr;
@@ -494,13 +495,12 @@ std::shared_ptr<PvSource> makeApiPvSource(const Options& opts, const Config& con
   ApiPvOptions o;
   o.node_name = opts.node_name;
   o.resync = std::chrono::duration<double>(opts.resync_seconds);
-  o.page_size = static_cast<std::size_t>(
-      std::clamp(config.number("local-pv", "api_page_size", 500), 1.0, 5000.0));
-  o.timeout_s = std::max(1.0, config.number("local-pv", "api_timeout_seconds", o.timeout_s));
-  o.max_age_s = config.number("local-pv", "api_max_age_seconds", 3 * opts.resync_seconds);
-  o.node_keys = config.list("local-pv", "api_node_keys", o.node_keys);
-  o.qps = config.number("kube", "qps", o.qps);
-  o.burst = config.number("kube", "burst", o.burst);
+  o.page_size = static_cast<std::size_t>(config.number(kLocalPvApiPageSizeSetting));
+  o.timeout_s = config.number(kLocalPvApiTimeoutSetting);
+  o.max_age_s = config.number(kLocalPvApiMaxAgeSetting, 3 * opts.resync_seconds);
+  o.node_keys = config.list(kLocalPvApiNodeKeysSetting);
+  o.qps = config.number(kKubeQpsSetting);
+  o.burst = config.number(kKubeBurstSetting);
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   log::info("local-pv api discovery on", {{"server", client->server}, {"node", opts.node_name}});

@@ -16,16 +16,7 @@
 namespace nodegate {
 namespace {
 
-struct TriggerNameEntry {
-  std::uint32_t bit;
-  std::string_view name;
-};
-constexpr TriggerNameEntry kTriggerNames[] = {
-    {kTriggerTimer, "timer"},          {kTriggerUdevMisc, "udev-misc"},
-    {kTriggerUdevBlock, "udev-block"}, {kTriggerNetLink, "netlink"},
-    {kTriggerDBusTime, "dbus-time"},   {kTriggerDns, "dns"},
-    {kTriggerMounts, "mounts"},
-};
+constexpr double kDeadlineGraceSeconds = 1;
 
 std::string fmtSeconds(double s) {
   char buf[32];
@@ -35,27 +26,11 @@ std::string fmtSeconds(double s) {
 
 }  // namespace
 
-std::string_view triggerName(std::uint32_t bit) {
-  for (const auto& t : kTriggerNames)
-    if (t.bit == bit) return t.name;
-  return "other";
-}
-
-std::optional<std::uint32_t> parseTriggerName(std::string_view name) {
-  for (const auto& t : kTriggerNames)
-    if (t.name == name) return t.bit;
-  return std::nullopt;
-}
-
 std::uint32_t probeTriggers(const Probe& probe, const Config& config) {
   std::uint32_t bits = probe.triggers();
-  for (const auto& name : config.list(probe.name(), "triggers", {})) {
-    if (auto bit = parseTriggerName(name))
-      bits |= *bit;
-    else
-      log::warn("unknown trigger in config",
-                {{"check", std::string(probe.name())}, {"trigger", name}});
-  }
+  // Names were validated when the config was parsed.
+  for (const auto& name : config.extraTriggers(probe.name()))
+    if (auto bit = parseTriggerName(name)) bits |= *bit;
   return bits;
 }
 
@@ -93,14 +68,11 @@ int startDetached(std::function<void()> fn) {
 
 }  // namespace
 
-// One probe's runs. Each run gets a thread of its own that ends with the run: between cycles (a
-// minute, usually) no probe thread exists, and 14 idle threads would keep ~10 KiB of stack each
-// resident for nothing; starting one costs tens of microseconds per run. The run's thread owns the
-// worker jointly with the runner, so a stuck run can be abandoned (at its deadline, or at
-// shutdown) without freeing what it still uses.
+// One probe's runs across cycles. The threads that run it own the worker jointly with the
+// runner, so a stuck run can be abandoned (at its deadline, or at shutdown) without freeing what
+// it still uses.
 struct Runner::Worker {
   std::shared_ptr<Probe> probe;
-  std::shared_ptr<Sync> sync;
   HostRoot host;
   // Guarded by sync->mu:
   bool busy = false;  // a run is in progress (possibly past its deadline)
@@ -108,18 +80,45 @@ struct Runner::Worker {
   std::uint64_t seq = 0;      // ids of submitted runs
   std::uint64_t done_id = 0;  // the run that finished last (results of abandoned runs are dropped)
   CheckResult done_result;
+};
 
-  static void run(std::shared_ptr<Worker> self, std::shared_ptr<const Config> cfg,
-                  std::uint64_t id) {
-    ProbeContext ctx{self->host, *cfg};
-    CheckResult r = runProbe(*self->probe, ctx);
-    {
-      std::lock_guard l(self->sync->mu);
-      self->busy = false;
-      self->done_id = id;
-      self->done_result = std::move(r);
+// The runs of one cycle, taken in turn by at most RunnerOptions::max_parallel threads that end
+// when none is left: between cycles (a minute, usually) no probe thread exists, and idle threads
+// would keep ~10 KiB of stack each resident for nothing. Shared with those threads, so one that
+// is abandoned at a deadline keeps the batch alive.
+struct Runner::Batch {
+  struct Run {
+    std::shared_ptr<Worker> w;
+    std::uint64_t id = 0;
+  };
+  std::shared_ptr<Sync> sync;
+  std::shared_ptr<const Config> cfg;
+  std::vector<Run> runs;
+  // Guarded by sync->mu:
+  std::size_t next = 0;  // runs before it have started
+  bool closed = false;   // shutdown: take no more runs
+
+  static void drain(const std::shared_ptr<Batch>& self) {
+    for (;;) {
+      Run run;
+      {
+        std::lock_guard l(self->sync->mu);
+        if (self->closed || self->next >= self->runs.size()) return;
+        run = self->runs[self->next++];
+        run.w->busy = true;
+        run.w->busy_since = Clock::now();  // the run's deadline counts from here
+      }
+      self->sync->cv.notify_all();
+      ProbeContext ctx{run.w->host, *self->cfg};
+      CheckResult r = runProbe(*run.w->probe, ctx);
+      {
+        std::lock_guard l(self->sync->mu);
+        run.w->busy = false;
+        run.w->done_id = run.id;
+        run.w->done_result = std::move(r);
+      }
+      self->sync->cv.notify_all();
     }
-    self->sync->cv.notify_all();
   }
 };
 
@@ -136,7 +135,6 @@ Runner::Runner(ProbeList probes, HostRoot host, Config config, RunnerOptions opt
   for (auto& p : probes) {
     auto w = std::make_shared<Worker>();
     w->probe = std::shared_ptr<Probe>(std::move(p));
-    w->sync = sync_;
     w->host = host_;
     workers_.push_back(std::move(w));
   }
@@ -148,7 +146,7 @@ Runner::Runner(ProbeList probes, HostRoot host, Config config, RunnerOptions opt
                            .Name("nodegate_agent_triggers_total")
                            .Help("Triggers received by the agent loop, by trigger name.")
                            .Register(reg);
-    for (const auto& t : kTriggerNames) triggers_total_->Add({{"trigger", std::string(t.name)}});
+    for (const auto& t : triggerNames()) triggers_total_->Add({{"trigger", t}});
     timeouts_total_ =
         &prometheus::BuildCounter()
              .Name("nodegate_agent_probe_timeouts_total")
@@ -208,8 +206,8 @@ int Runner::stop() {
 
 void Runner::trigger(std::uint32_t bits) {
   if (triggers_total_)
-    for (const auto& t : kTriggerNames)
-      if (bits & t.bit) triggers_total_->Add({{"trigger", std::string(t.name)}}).Increment();
+    for (const auto& t : triggerNames())
+      if (bits & *parseTriggerName(t)) triggers_total_->Add({{"trigger", t}}).Increment();
   {
     std::lock_guard l(mu_);
     pending_ |= bits;
@@ -270,17 +268,12 @@ void Runner::loop() {
   }
 }
 
-void Runner::runCycle(std::uint32_t bits) {
-  std::lock_guard cycle(cycle_mu_);
-  auto cfg = config();
+std::optional<std::vector<CheckResult>> Runner::runProbes(std::uint32_t bits,
+                                                          std::shared_ptr<const Config> cfg) {
   const bool all = (bits & kTriggerTimer) != 0;
-
-  struct Job {
-    Worker* w;
-    std::uint64_t id;
-    Clock::time_point deadline;
-    std::optional<CheckResult> result;
-  };
+  auto batch = std::make_shared<Batch>();
+  batch->sync = sync_;
+  batch->cfg = cfg;
   std::vector<Job> jobs;
   std::vector<CheckResult> immediate;
   {
@@ -299,72 +292,108 @@ void Runner::runCycle(std::uint32_t bits) {
             "command); the agent keeps it UNKNOWN until it returns"));
         continue;
       }
-      double timeout = cfg->number(name, "timeout_seconds", options_.probe_timeout.count());
-      if (!(timeout > 0)) timeout = options_.probe_timeout.count();
-      const std::uint64_t id = ++w->seq;
-      if (int rc = startDetached([w, cfg, id] { Worker::run(w, cfg, id); })) {
-        immediate.push_back(
-            makeResult(name, Status::Unknown, "ProbeNotStarted",
-                       std::string("could not start a thread for the probe: ") + std::strerror(rc),
-                       "the agent is out of threads or memory; see its limits"));
-        continue;
-      }
-      w->busy = true;
-      w->busy_since = Clock::now();
-      jobs.push_back(Job{w.get(), id,
-                         Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                            std::chrono::duration<double>(timeout)),
-                         std::nullopt});
+      // The probe's own bounds (a command's timeout, a D-Bus call's) use timeout_seconds too:
+      // the deadline allows a second more, so they report what they saw first and the deadline
+      // only catches a run that does not return at all.
+      jobs.push_back(
+          Job{batch->runs.size(), cfg->probeTimeout(name) + kDeadlineGraceSeconds, std::nullopt});
+      batch->runs.push_back(Batch::Run{w, ++w->seq});
     }
   }
+  if (!awaitBatch(batch, jobs)) return std::nullopt;  // a half cycle is not published at shutdown
+  for (auto& j : jobs) immediate.push_back(std::move(*j.result));
+  return immediate;
+}
 
-  // Wait for each job until its deadline; a stop request ends the wait at once.
-  {
-    std::unique_lock l(sync_->mu);
-    for (;;) {
-      bool waiting = false;
-      Clock::time_point earliest = Clock::time_point::max();
-      auto now = Clock::now();
-      for (auto& j : jobs) {
-        if (j.result) continue;
-        if (j.w->done_id == j.id) {
-          j.result = std::move(j.w->done_result);
-          continue;
-        }
-        if (now >= j.deadline) {
-          double t = std::chrono::duration<double>(j.deadline - j.w->busy_since).count();
-          std::string name(j.w->probe->name());
-          log::warn("probe timed out", {{"check", name}, {"timeout_seconds", fmtSeconds(t)}});
-          if (timeouts_total_) timeouts_total_->Add({{"check", name}}).Increment();
-          j.result = makeResult(name, Status::Unknown, "ProbeTimeout",
-                                "probe did not finish within " + fmtSeconds(t) + " s",
-                                "check what the probe waits for (a hung mount, device or command) "
-                                "or raise checks." +
-                                    name + ".timeout_seconds");
-          j.result->duration = std::chrono::duration_cast<std::chrono::nanoseconds>(
-              std::chrono::duration<double>(t));
+bool Runner::awaitBatch(const std::shared_ptr<Batch>& batch, std::vector<Job>& jobs) {
+  const std::size_t want = options_.max_parallel == 0
+                               ? batch->runs.size()
+                               : std::min(options_.max_parallel, batch->runs.size());
+  std::size_t live = 0;  // threads started and not abandoned at a deadline
+  int start_error = 0;
+  std::unique_lock l(sync_->mu);
+  for (;;) {
+    // Keep `want` threads taking runs: at the start, and in place of one stuck past a deadline.
+    while (live < want && batch->next < batch->runs.size()) {
+      if (int rc = startDetached([batch] { Batch::drain(batch); })) {
+        start_error = rc;
+        break;
+      }
+      ++live;
+    }
+    bool waiting = false;
+    Clock::time_point earliest = Clock::time_point::max();
+    const auto now = Clock::now();
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      auto& j = jobs[i];
+      const auto& run = batch->runs[j.run];
+      if (j.result) continue;
+      if (run.w->done_id == run.id) {
+        j.result = std::move(run.w->done_result);
+        continue;
+      }
+      if (j.run >= batch->next) {  // not started
+        if (live == 0 && start_error) {
+          j.result = makeResult(
+              std::string(run.w->probe->name()), Status::Unknown, "ProbeNotStarted",
+              std::string("could not start a thread for the probe: ") + std::strerror(start_error),
+              "the agent is out of threads or memory; see its limits");
           continue;
         }
         waiting = true;
-        earliest = std::min(earliest, j.deadline);
+        continue;
       }
-      if (!waiting || stopping_) break;
-      sync_->cv.wait_until(l, earliest);
+      const auto deadline = run.w->busy_since + std::chrono::duration_cast<Clock::duration>(
+                                                    std::chrono::duration<double>(j.timeout));
+      if (now >= deadline) {
+        j.result = timedOut(std::string(run.w->probe->name()), j.timeout);
+        --live;
+        continue;
+      }
+      waiting = true;
+      earliest = std::min(earliest, deadline);
     }
+    if (stopping_) {
+      batch->closed = true;
+      return std::all_of(jobs.begin(), jobs.end(),
+                         [](const Job& j) { return j.result.has_value(); });
+    }
+    if (!waiting) return true;
+    sync_->cv.wait_until(l, earliest);
   }
-  if (stopping_) {
-    bool unfinished = std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return !j.result; });
-    if (unfinished) return;  // a half cycle is not published at shutdown
-  }
+}
+
+CheckResult Runner::timedOut(const std::string& name, double timeout) {
+  log::warn("probe timed out", {{"check", name}, {"timeout_seconds", fmtSeconds(timeout)}});
+  if (timeouts_total_) timeouts_total_->Add({{"check", name}}).Increment();
+  auto r = makeResult(name, Status::Unknown, "ProbeTimeout",
+                      "probe did not finish within " + fmtSeconds(timeout) + " s",
+                      "check what the probe waits for (a hung mount, device or command) or raise "
+                      "checks." +
+                          name + ".timeout_seconds");
+  r.duration =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(timeout));
+  return r;
+}
+
+std::vector<CheckResult> Runner::runOnce() {
+  std::lock_guard cycle(cycle_mu_);
+  auto results = runProbes(kRunAll, config());
+  return results ? std::move(*results) : std::vector<CheckResult>{};
+}
+
+void Runner::runCycle(std::uint32_t bits) {
+  std::lock_guard cycle(cycle_mu_);
+  auto cfg = config();
+  auto results = runProbes(bits, cfg);
+  if (!results) return;
 
   auto now = std::chrono::system_clock::now();
   bool any = false;
-  auto apply = [&](const CheckResult& r) {
+  for (const auto& r : *results) {
     record(r, now, *cfg);
     any = true;
-  };
-  for (const auto& r : immediate) apply(r);
-  for (auto& j : jobs) apply(*j.result);
+  }
   if (!any) return;
 
   auto snap = std::make_shared<const Snapshot>(state_.snapshot(*cfg, now));

@@ -6,9 +6,10 @@
 // re-runs the probes whose triggers() (plus the policy's `checks.<probe>.triggers` list of extra
 // trigger names) include a fired bit. The jittered resync timer re-runs every probe.
 //
-// Each probe runs on its own worker thread under a deadline (`checks.<probe>.timeout_seconds`,
-// default RunnerOptions::probe_timeout): a probe that does not finish in time is published as
-// UNKNOWN/ProbeTimeout and the loop carries on; while it is still stuck it is not started again.
+// Each probe runs on a worker thread of the cycle under a deadline
+// (`checks.<probe>.timeout_seconds`, default 10 s, nodegate/spec.h): a probe that does not finish
+// in time is published as UNKNOWN/ProbeTimeout and the loop carries on; while it is still stuck it
+// is not started again.
 #pragma once
 
 #include <atomic>
@@ -36,11 +37,6 @@
 
 namespace nodegate {
 
-// Trigger names as used in config and metrics: timer, udev-misc, udev-block, netlink,
-// dbus-time, dns, mounts.
-std::string_view triggerName(std::uint32_t bit);
-std::optional<std::uint32_t> parseTriggerName(std::string_view name);
-
 // The bits a probe re-runs on under config: its own plus `checks.<name>.triggers`.
 std::uint32_t probeTriggers(const Probe& probe, const Config& config);
 
@@ -48,7 +44,9 @@ struct RunnerOptions {
   std::chrono::duration<double> resync{60};
   double jitter = 0.1;                     // timer fires at resync * (1 ± jitter)
   std::chrono::milliseconds debounce{10};  // events closer than this share a cycle
-  std::chrono::duration<double> probe_timeout{10};
+  // Probe runs in flight at once, taken in turn from the cycle's list; 0: one thread per probe
+  // (the agent). `nodegate check` uses a few: thread start-up costs more than most probes.
+  std::size_t max_parallel = 0;
   std::shared_ptr<prometheus::Registry> registry;  // optional: runner metrics go here
 };
 
@@ -85,13 +83,28 @@ class Runner {
 
   // Runs one cycle on the caller's thread (the loop uses it; tests call it directly).
   void runCycle(std::uint32_t bits);
+  // Runs every probe once under the same deadlines and returns the results in registry order,
+  // without touching the state or publishing (`nodegate check`).
+  std::vector<CheckResult> runOnce();
 
   static constexpr std::uint32_t kRunAll = 0xffffffffu;
 
  private:
   struct Worker;
   struct Sync;
+  struct Batch;
+  struct Job {
+    std::size_t run;  // index into the batch's runs
+    double timeout;   // seconds from the run's start
+    std::optional<CheckResult> result;
+  };
   std::shared_ptr<const Config> config() const;
+  // The selected probes' results (nullopt when stopped half way).
+  std::optional<std::vector<CheckResult>> runProbes(std::uint32_t bits,
+                                                    std::shared_ptr<const Config> cfg);
+  // Runs the batch under its deadlines; false when stopped before every job had a result.
+  bool awaitBatch(const std::shared_ptr<Batch>& batch, std::vector<Job>& jobs);
+  CheckResult timedOut(const std::string& name, double timeout);
   void loop();
   std::chrono::duration<double> jitteredResync();
   void publish(std::shared_ptr<const Snapshot> snap);

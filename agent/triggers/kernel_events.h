@@ -1,10 +1,12 @@
 // Kernel event sources of the agent loop: one thread polling
-//   - libudev monitors, kernel source (raw uevents, works without udevd) and udev source (after
-//     udevd processed them, when udevd runs): misc -> kTriggerUdevMisc, block -> kTriggerUdevBlock,
-//     net -> kTriggerNetLink;
-//   - an rtnetlink socket (libnl) on RTNLGRP_LINK and RTNLGRP_NSID: link add/remove/change and a
-//     peer netns getting or losing its id (a pod's netns appearing/going) -> kTriggerNetLink;
+//   - udev monitors (the Udev seam), kernel source (raw uevents, works without udevd) and udev
+//     source (after udevd processed them, when udevd runs): misc -> kTriggerUdevMisc, block ->
+//     kTriggerUdevBlock, net -> kTriggerNetLink;
+//   - rtnetlink link events (the Netlink seam) on RTNLGRP_LINK and RTNLGRP_NSID: link
+//     add/remove/change and a peer netns getting or losing its id (a pod's netns appearing/going)
+//     -> kTriggerNetLink; a source that lost events (overflow) fires what it could have meant;
 //   - the host's mount table (<proc>/1/mountinfo, POLLPRI on change) -> kTriggerMounts.
+// The seams make it testable with fake sources (test/agent/triggers); the kernel test stays.
 // Each source that cannot be opened is logged and skipped; the resync timer still covers it.
 // Counts what it sees in nodegate_agent_kernel_events_total{source,subsystem}.
 #pragma once
@@ -17,6 +19,7 @@
 
 #include "nodegate/host_root.h"
 #include "nodegate/result.h"
+#include "nodegate/seams.h"
 
 namespace nodegate {
 
@@ -24,9 +27,11 @@ class KernelEvents {
  public:
   using Sink = std::function<void(std::uint32_t trigger_bits)>;
 
-  // registry may be null. Error only when no source at all could be opened.
-  static Result<std::unique_ptr<KernelEvents>> start(
-      const HostRoot& host, Sink sink, std::shared_ptr<prometheus::Registry> registry);
+  // registry may be null; seams.udev and seams.netlink give the sources (null: none of that
+  // kind). Error only when no source at all could be opened.
+  static Result<std::unique_ptr<KernelEvents>> start(const HostRoot& host, Sink sink,
+                                                     std::shared_ptr<prometheus::Registry> registry,
+                                                     const Seams& seams);
   ~KernelEvents();  // stops and joins the thread
 
   // More sinks beside the one given to start() (extensions, e.g. the DNS tracer's hop discovery):

@@ -38,10 +38,16 @@ class HostRoot {
 };
 
 // Reads a whole (small) file. Files larger than max_bytes are an error, not a silent truncation:
-// a /proc or /sys file that big means the path is not what the parser expects.
+// a /proc or /sys file that big means the path is not what the parser expects. Only regular
+// files are read: a FIFO, socket or device is an error at once (never a blocking open).
 Result<std::string> readFile(const std::string& path, std::size_t max_bytes = 4u << 20);
 
 // Reads a one-value sysfs/procfs file and strips the trailing newline and spaces.
 Result<std::string> readValue(const std::string& path);
+
+// Whether the host's sysfs is there to be read: <sys>/kernel is a directory with entries (it is
+// on every sysfs). Probes use it to tell "this kernel has no such directory", a value, from
+// "there is no sysfs to look in" (--host-root /nonexistent, an unmounted /sys), which is UNKNOWN.
+Result<void> sysfsReadable(const HostRoot& host);
 
 }  // namespace nodegate

@@ -121,14 +121,68 @@ class KernelClock {
   virtual Result<KernelTimex> adjtimex() = 0;
 };
 
+// One kernel event, reduced to what triggers compare.
+struct KernelEvent {
+  // uevents: the subsystem ("misc", "block", "net"); rtnetlink: the message ("newlink",
+  // "dellink", "newnsid", "delnsid").
+  std::string subsystem;
+  std::string sysname;    // uevents: "kvm", "sda", "tap0"
+  std::string action;     // uevents: "add", "remove", "change", ...
+  std::string kvm_event;  // uevents: the EVENT property KVM puts on its VM lifecycle notices
+  bool overflow = false;  // the source lost events (its buffer filled): anything may have changed
+};
+
+// A stream of kernel events: poll fd() for POLLIN, then drain() what is there without blocking.
+class KernelEventSource {
+ public:
+  virtual ~KernelEventSource() = default;
+  virtual std::string_view name() const = 0;  // "uevent", "udev", "rtnetlink"
+  virtual int fd() const = 0;
+  virtual std::vector<KernelEvent> drain() = 0;
+};
+
+// udev: monitors of the misc, block and net subsystems. source "kernel" gives the raw uevents
+// (no udevd needed), "udev" the events after udevd processed them.
+class Udev {
+ public:
+  virtual ~Udev() = default;
+  virtual Result<std::unique_ptr<KernelEventSource>> monitor(const std::string& source) = 0;
+};
+
+// One network link as rtnetlink lists it.
+struct LinkInfo {
+  int ifindex = 0;
+  std::string name;
+  std::string kind;      // rtnetlink IFLA_INFO_KIND: "veth", "bridge", "tun", "" when none
+  int peer_ifindex = 0;  // IFLA_LINK: a veth's peer (in whatever netns the peer lives)
+  int master = 0;        // bridge the link is enslaved to
+  std::vector<std::string> addresses;  // IPv4/IPv6 addresses, no prefix; only when asked for
+};
+
+// rtnetlink: the links of a network namespace, and link/netns-id change events.
+class Netlink {
+ public:
+  virtual ~Netlink() = default;
+  // The links of the netns at netns_path ("" = the caller's own), with their addresses when
+  // with_addresses. The real one enters the netns on a short-lived thread of its own, so no
+  // other thread ever changes namespace.
+  virtual Result<std::vector<LinkInfo>> listLinks(const std::string& netns_path,
+                                                  bool with_addresses) = 0;
+  // RTNLGRP_LINK and RTNLGRP_NSID of the caller's netns (link add/remove/change, a peer netns
+  // getting or losing its id).
+  virtual Result<std::unique_ptr<KernelEventSource>> linkEvents() = 0;
+};
+
 class PvSource;  // probes/local_pv.h
 
-// The production seams, plus room for the D-Bus, netlink and udev ones the agent adds.
+// The production seams; the agent adds what needs its API connection (api_pvs).
 struct Seams {
   std::shared_ptr<DeviceIo> device;
   std::shared_ptr<Exec> exec;
   std::shared_ptr<DBus> dbus;
   std::shared_ptr<KernelClock> clock;
+  std::shared_ptr<Udev> udev;
+  std::shared_ptr<Netlink> netlink;
   // local-pv's second PV source, the API's view (agent/kube/pv_source.h); the agent sets it
   // when it has an API connection, productionSeams() leaves it null.
   std::shared_ptr<PvSource> api_pvs;
@@ -138,5 +192,7 @@ struct Seams {
 // which need a bus client of their own but none of the other seams.
 Seams productionSeams();
 std::shared_ptr<DBus> makeSysDBus();
+std::shared_ptr<Udev> makeSysUdev();
+std::shared_ptr<Netlink> makeSysNetlink();
 
 }  // namespace nodegate

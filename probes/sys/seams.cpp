@@ -12,6 +12,8 @@ Seams productionSeams() {
   s.exec = makeSysExec();
   s.dbus = makeSysDBus();
   s.clock = makeSysKernelClock();
+  s.udev = makeSysUdev();
+  s.netlink = makeSysNetlink();
   return s;
 }
 

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/options.h"
 #include "loop/runner.h"
 #include "loop/state.h"
 #include "publish/http_server.h"
@@ -34,16 +35,16 @@ using ::testing::Not;
 class FakeProbe final : public Probe {
  public:
   using Fn = std::function<CheckResult(int run)>;
-  FakeProbe(std::string name, std::uint32_t triggers, Fn fn)
-      : name_(std::move(name)), triggers_(triggers), fn_(std::move(fn)) {}
-  std::string_view name() const override { return name_; }
-  std::uint32_t triggers() const override { return triggers_; }
+  FakeProbe(std::string name, std::uint32_t triggers, Fn fn) : fn_(std::move(fn)) {
+    spec_.name = std::move(name);
+    spec_.triggers = triggers;
+  }
+  const ProbeSpec& spec() const override { return spec_; }
   CheckResult run(const ProbeContext&) override { return fn_(++runs); }
   std::atomic<int> runs{0};
 
  private:
-  std::string name_;
-  std::uint32_t triggers_;
+  ProbeSpec spec_;
   Fn fn_;
 };
 
@@ -216,9 +217,40 @@ TEST(Runner, NoProbeThreadOutlivesItsRun) {
   EXPECT_EQ(now, before);
 }
 
+Result<Options> parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "nodegate");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return parseOptions(static_cast<int>(argv.size()), argv.data());
+}
+
+// #22 item 11: every numeric and address flag has bounds, and the error names flag and value.
+TEST(Options, NumericAndAddressFlagsAreBounded) {
+  for (const char* v : {"nan", "inf", "-inf", "1e308", "1e-9", "0", "-3", "0.4", "86401", "2x"}) {
+    auto o = parse({"agent", "--resync", v});
+    ASSERT_FALSE(o.ok()) << v;
+    EXPECT_THAT(o.error().message,
+                HasSubstr(std::string("invalid value \"") + v + "\" for --resync"));
+  }
+  EXPECT_EQ(parse({"agent", "--resync", "0.5"})->resync_seconds, 0.5);
+  EXPECT_EQ(parse({"agent", "--resync=86400"})->resync_seconds, 86400);
+  for (const char* v : {"999.1.1.1:9810", "231.1.1.1.1:80", "127.0.0.1:0", "127.0.0.1:65536",
+                        "127.0.0.1:", "host:80", "[::1]", "[::1]:", "[nope]:80", "1.2.3:4"}) {
+    auto o = parse({"agent", "--listen", v});
+    ASSERT_FALSE(o.ok()) << v;
+    EXPECT_THAT(o.error().message,
+                HasSubstr(std::string("invalid value \"") + v + "\" for --listen"));
+  }
+  for (const char* v : {"0.0.0.0:9810", "127.0.0.1:1", ":9810", "9810", "[::1]:65535"})
+    EXPECT_TRUE(parse({"agent", "--listen", v}).ok()) << v;
+  EXPECT_TRUE(parse({"agent", "--debug-listen", ""}).ok());  // off
+  EXPECT_FALSE(parse({"agent", "--debug-listen", "256.0.0.1:9811"}).ok());
+}
+
 TEST(Runner, ConfigAddsTriggersToAProbe) {
   Config cfg;
-  cfg.set("timer-only", "triggers", nlohmann::json::array({"netlink", "bogus"}));
+  // An unknown name ("bogus") is now a config error (ConfigSchema, test/probes/config_test.cpp).
+  cfg.set("timer-only", "triggers", nlohmann::json::array({"netlink"}));
   Fixture f(routingProbes(), cfg);
   f.runner->runCycle(kTriggerNetLink);
   EXPECT_EQ(f.probes[2]->runs, 1);

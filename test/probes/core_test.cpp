@@ -5,6 +5,7 @@
 #include <regex>
 #include <set>
 
+#include "lvm.h"
 #include "nodegate/config.h"
 #include "nodegate/host_root.h"
 #include "nodegate/registry.h"
@@ -52,16 +53,20 @@ TEST(ReadFile, WholeFileAcrossReadsAndTheSizeCap) {
 }
 
 TEST(Config, RejectsUnknownKeysAndBadTypes) {
-  EXPECT_FALSE(parseConfig("{\"gaet\": {}}").ok());
-  EXPECT_FALSE(parseConfig("[1,2]").ok());
-  EXPECT_FALSE(parseConfig("{\"gate\": {\"required\": [1]}}").ok());
-  EXPECT_FALSE(parseConfig("{\"damping\": {\"lvm\": 0}}").ok());
-  EXPECT_FALSE(parseConfig("{").ok());
-  auto ok = parseConfig(R"({"gate":{"required":["tun"]},"checks":{"lvm":{"data_warn":70}}})");
+  const auto& schema = configSchema();
+  EXPECT_FALSE(parseConfig("{\"gaet\": {}}", schema).ok());
+  EXPECT_FALSE(parseConfig("[1,2]", schema).ok());
+  EXPECT_FALSE(parseConfig("{\"gate\": {\"required\": [1]}}", schema).ok());
+  EXPECT_FALSE(parseConfig("{\"damping\": {\"lvm\": 0}}", schema).ok());
+  EXPECT_FALSE(parseConfig("{", schema).ok());
+  // Unknown keys under checks.<probe> are errors now (#21); the old test used "data_warn".
+  EXPECT_FALSE(parseConfig(R"({"checks":{"lvm":{"data_warn":70}}})", schema).ok());
+  auto ok = parseConfig(
+      R"({"gate":{"required":["tun"]},"checks":{"lvm":{"data_warn_percent":70}}})", schema);
   ASSERT_TRUE(ok.ok()) << ok.error().message;
   EXPECT_EQ(ok->required, std::set<std::string>{"tun"});
-  EXPECT_EQ(ok->number("lvm", "data_warn", 80), 70);
-  EXPECT_EQ(ok->number("lvm", "missing", 80), 80);
+  EXPECT_EQ(ok->number(kLvmDataWarnSetting), 70);
+  EXPECT_EQ(ok->number(kLvmDataFailSetting), 90);  // the spec's default
 }
 
 TEST(Gate, UnknownNeverCountsAsPass) {
@@ -79,7 +84,9 @@ TEST(Gate, UnknownNeverCountsAsPass) {
 
 class ThrowingProbe : public Probe {
  public:
-  std::string_view name() const override { return "throws"; }
+  ThrowingProbe() { spec_.name = "throws"; }
+  const ProbeSpec& spec() const override { return spec_; }
+  ProbeSpec spec_;
   CheckResult run(const ProbeContext&) override { throw std::runtime_error("boom"); }
 };
 

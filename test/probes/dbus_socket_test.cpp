@@ -87,8 +87,9 @@ TEST(BusAddress, SocketPathOfAPlainUnixAddress) {
   // What probeBusAddress escapes comes back as it was.
   Config cfg;
   cfg.set("time-sync", "bus", "/tmp/odd dir/ü;x,y%");
-  EXPECT_EQ(busSocketPath(probeBusAddress(HostRoot("/"), cfg, "time-sync")), "/tmp/odd dir/ü;x,y%");
-  EXPECT_EQ(busSocketPath(probeBusAddress(HostRoot("/host"), Config{}, "time-sync")),
+  EXPECT_EQ(busSocketPath(probeBusAddress(HostRoot("/"), cfg, kTimeSyncBusSetting)),
+            "/tmp/odd dir/ü;x,y%");
+  EXPECT_EQ(busSocketPath(probeBusAddress(HostRoot("/host"), Config{}, kTimeSyncBusSetting)),
             "/host/run/dbus/system_bus_socket");
   // Other transports, more keys, fallbacks and broken escapes are for the connection to judge.
   EXPECT_FALSE(busSocketPath("unix:abstract=/tmp/dbus-x"));
@@ -104,7 +105,7 @@ TEST(BusAddress, SocketPathOfAPlainUnixAddress) {
 }
 
 TEST_F(NoBusTest, MissingSocketIsAnErrorWithoutAClient) {
-  const std::string address = probeBusAddress(host_, cfg_, "time-sync");
+  const std::string address = probeBusAddress(host_, cfg_, kTimeSyncBusSetting);
   auto missing = busSocketMissing(address);
   ASSERT_TRUE(missing.has_value());
   EXPECT_EQ(missing->code, ENOTCONN);

@@ -50,9 +50,9 @@ class HostScenarios : public ::testing::TestWithParam<std::string> {};
 TEST_P(HostScenarios, MatchesGolden) {
   const std::string dir = std::string(NODEGATE_FIXTURES) + "/hosts/" + GetParam();
   HostRoot host(dir);
-  Config cfg;
+  Config cfg = defaultConfig();
   if (fs::exists(dir + "/config.json")) {
-    auto c = loadConfig(dir + "/config.json");
+    auto c = loadConfig(dir + "/config.json", configSchema());
     ASSERT_TRUE(c.ok()) << c.error().message;
     cfg = *c;
   }

@@ -9,6 +9,8 @@
 #include <random>
 #include <thread>
 
+#include "dns_path.h"
+#include "nodegate/agent_settings.h"
 #include "nodegate/log.h"
 #include "publish/kube/kube.h"
 #include "publish/kube/publisher.h"
@@ -457,25 +459,21 @@ PublisherOptions publisherOptions(const Options& opts, const Config& config) {
   o.publish.gate_label = opts.gateLabel();
   o.publish.taint = opts.taint;
   o.publish.required = config.required;
-  o.qps = config.number("kube", "qps", o.qps);
-  o.burst = config.number("kube", "burst", o.burst);
-  o.heartbeat =
-      std::chrono::seconds(static_cast<long long>(config.number("kube", "heartbeat_seconds", 300)));
-  o.startup_jitter_s = config.number("kube", "startup_jitter_seconds", o.startup_jitter_s);
-  o.watch_timeout_s = config.number("kube", "watch_timeout_seconds", o.watch_timeout_s);
-  o.event_namespace = config.text("kube", "event_namespace", o.event_namespace);
+  o.qps = config.number(kKubeQpsSetting);
+  o.burst = config.number(kKubeBurstSetting);
+  o.heartbeat = std::chrono::seconds(static_cast<long long>(config.number(kKubeHeartbeatSetting)));
+  o.startup_jitter_s = config.number(kKubeStartupJitterSetting);
+  o.watch_timeout_s = config.number(kKubeWatchTimeoutSetting);
+  o.event_namespace = config.text(kKubeEventNamespaceSetting);
   o.cluster_dns = processClusterDns();
   // Cilium's settings and CoreDNS's pods change rarely; two cached reads per node every 5
   // minutes is 33 requests/s for 5,000 nodes, where the resync cadence (60 s) would be 167.
   o.cluster.refresh = std::chrono::seconds(static_cast<long long>(
-      std::max(opts.resync_seconds, config.number("kube", "cluster_dns_refresh_seconds", 300))));
-  o.cluster.cilium_namespace =
-      config.text("dns-path", "cilium_namespace", o.cluster.cilium_namespace);
-  o.cluster.cilium_configmap =
-      config.text("dns-path", "cilium_configmap", o.cluster.cilium_configmap);
-  o.cluster.dns_namespace =
-      config.text("dns-path", "dns_service_namespace", o.cluster.dns_namespace);
-  o.cluster.dns_service = config.text("dns-path", "dns_service", o.cluster.dns_service);
+      std::max(opts.resync_seconds, config.number(kKubeClusterDnsRefreshSetting))));
+  o.cluster.cilium_namespace = config.text(kDnsPathCiliumNamespaceSetting);
+  o.cluster.cilium_configmap = config.text(kDnsPathCiliumConfigMapSetting);
+  o.cluster.dns_namespace = config.text(kDnsPathDnsNamespaceSetting);
+  o.cluster.dns_service = config.text(kDnsPathDnsServiceSetting);
   return o;
 }
 

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include "nodegate/registry.h"
+
 namespace nodegate::kube {
 namespace {
 
@@ -150,12 +152,12 @@ Condition evaluate(const ConditionSource& src, const std::vector<const CheckStat
 }  // namespace
 
 const std::vector<ConditionSource>& conditionSources() {
-  static const std::vector<ConditionSource> kSources = {
-      {"VirtualizationReady", {"cpu-virt", "kvm-device", "vhost-net", "tun", "kernel-modules"}},
-      {"LocalStorageHealthy", {"lvm", "local-pv"}},
-      {"GuestDNSHealthy", {"dns-path"}},
-      {"TimeSynchronized", {"time-sync"}},
-  };
+  // From the probes' specs (ProbeSpec::condition), in registry order.
+  static const std::vector<ConditionSource> kSources = [] {
+    std::vector<ConditionSource> out;
+    for (auto& [type, checks] : configSchema().conditions()) out.push_back({type, checks});
+    return out;
+  }();
   return kSources;
 }
 
@@ -191,7 +193,7 @@ Desired desiredState(const Snapshot& snap, const PublishSettings& settings) {
 
   for (const auto& src : conditionSources()) {
     std::vector<const CheckState*> present;
-    for (const char* name : src.checks)
+    for (const auto& name : src.checks)
       if (const auto* c = snap.find(name)) present.push_back(c);
     if (present.empty())
       d.absent_conditions.push_back(src.type);

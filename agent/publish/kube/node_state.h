@@ -41,10 +41,10 @@ struct Desired {
   bool taint = false;
 };
 
-// The condition types nodegate owns and the checks that feed each one.
+// The condition types nodegate owns and the checks that feed each one (ProbeSpec::condition).
 struct ConditionSource {
-  const char* type;
-  std::vector<const char*> checks;
+  std::string type;
+  std::vector<std::string> checks;
 };
 const std::vector<ConditionSource>& conditionSources();
 

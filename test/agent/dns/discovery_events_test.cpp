@@ -109,7 +109,7 @@ class VmEvents : public ::testing::Test {
            "while :; do sleep 3600 & wait $!; done\n";
     ::chmod((tmp_ + "/ngn-vl").c_str(), 0755);
     auto ev = KernelEvents::start(
-        HostRoot("/"), [](std::uint32_t) {}, nullptr);
+        HostRoot("/"), [](std::uint32_t) {}, nullptr, productionSeams());
     ASSERT_TRUE(ev.ok()) << ev.error().message;
     events_ = std::move(ev).value();
     ASSERT_TRUE(events_->watchesLinks());

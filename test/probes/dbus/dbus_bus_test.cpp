@@ -13,6 +13,7 @@
 #include "node_services.h"
 #include "sys/dbus.h"
 #include "time_sync.h"
+#include "triggers/time_sync_watch.h"
 
 namespace nodegate {
 namespace {

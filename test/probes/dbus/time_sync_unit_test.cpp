@@ -177,11 +177,12 @@ TEST(EvaluateTimeSync, NtpDisabledChangesTheHint) {
 TEST(ProbeBusAddress, DefaultsToTheHostSocketAndEscapes) {
   Config cfg;
   HostRoot host("/host");
-  EXPECT_EQ(probeBusAddress(host, cfg, "time-sync"), "unix:path=/host/run/dbus/system_bus_socket");
+  EXPECT_EQ(probeBusAddress(host, cfg, kTimeSyncBusSetting),
+            "unix:path=/host/run/dbus/system_bus_socket");
   cfg.set("time-sync", "bus", "/tmp/my bus,x");
-  EXPECT_EQ(probeBusAddress(host, cfg, "time-sync"), "unix:path=/tmp/my%20bus%2cx");
+  EXPECT_EQ(probeBusAddress(host, cfg, kTimeSyncBusSetting), "unix:path=/tmp/my%20bus%2cx");
   cfg.set("time-sync", "bus", "unix:abstract=nodegate");
-  EXPECT_EQ(probeBusAddress(host, cfg, "time-sync"), "unix:abstract=nodegate");
+  EXPECT_EQ(probeBusAddress(host, cfg, kTimeSyncBusSetting), "unix:abstract=nodegate");
   EXPECT_EQ(probeBusTimeout(cfg, "time-sync"), 1000ms);
   cfg.set("time-sync", "timeout_seconds", -4);
   EXPECT_EQ(probeBusTimeout(cfg, "time-sync"), 1000ms);

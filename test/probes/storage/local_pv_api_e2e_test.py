@@ -74,8 +74,8 @@ class LocalPvApiE2E(unittest.TestCase):
         with open(cls.config, "w") as f:
             # The mount dir is a directory on the test machine's disk: its fill level is not ours.
             json.dump({"gate": {"required": ["local-pv"]},
-                       "checks": {"local-pv": {"api_discovery": True, "used_warn_percent": 101,
-                                               "used_fail_percent": 101, "lvm_max_age_seconds": 0},
+                       "checks": {"local-pv": {"api_discovery": True, "used_warn_percent": 100,
+                                               "used_fail_percent": 100, "lvm_max_age_seconds": 0},
                                   "lvm": {"volume_group": "vmdata"},
                                   "kube": {"startup_jitter_seconds": 0}}}, f)
         cls.debug_port = free_port(19300, 19399)

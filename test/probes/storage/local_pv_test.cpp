@@ -26,7 +26,7 @@ bool contains(const std::string& hay, const std::string& needle) {
 // The API's view as the agent's source would hand it over.
 class FakeApiSource final : public PvSource {
  public:
-  Result<PvListing> answer = PvListing{{}, "fake api: test listing"};
+  Result<PvListing> answer = PvListing{{}, "fake api: test listing", std::nullopt};
   std::string_view name() const override { return "api"; }
   Result<PvListing> list(const HostRoot&, const Config&) override { return answer; }
 };
@@ -75,6 +75,9 @@ class KubeletTree : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
+  // A real kubelet directory always holds the agent's own pod (a DaemonSet pod on this node):
+  // with API PVs pinned here and no pod at all, local-pv says the directory is the wrong one.
+  void addAgentPod() { fs::create_directories(root_ / "var/lib/kubelet/pods/uid-nodegate-agent"); }
   void write(const fs::path& rel, const std::string& text) {
     fs::create_directories((root_ / rel).parent_path());
     std::ofstream(root_ / rel) << text;
@@ -106,9 +109,9 @@ class KubeletTree : public ::testing::Test {
     write("proc/1/mountinfo", mountinfo_);
     // The filesystem PVs are directories on whatever disk the test runs on; its fill level is
     // not ours to assert, so usage thresholds stay out of the way unless a test sets them.
-    if (cfg.number("local-pv", "used_warn_percent", -1) < 0) {
-      cfg.set("local-pv", "used_warn_percent", 101);
-      cfg.set("local-pv", "used_fail_percent", 101);
+    if (!cfg.has(kLocalPvUsedWarnSetting)) {
+      cfg.set("local-pv", "used_warn_percent", 100);
+      cfg.set("local-pv", "used_fail_percent", 100);
     }
     HostRoot host(root_.string());
     ProbeContext ctx{host, cfg};
@@ -118,7 +121,7 @@ class KubeletTree : public ::testing::Test {
   }
   std::shared_ptr<FakeApiSource> useApi(std::vector<LocalPv> pvs) {
     auto api = std::make_shared<FakeApiSource>();
-    api->answer = PvListing{std::move(pvs), "fake api: test listing"};
+    api->answer = PvListing{std::move(pvs), "fake api: test listing", std::nullopt};
     api_ = api;
     return api;
   }
@@ -245,6 +248,7 @@ TEST_F(KubeletTree, LvWithoutAnyPvIsAnOrphan) {
 }
 
 TEST_F(KubeletTree, ReleasedPvIsNotAnOrphanButIsNoted) {
+  addAgentPod();
   useApi({apiPv("pvc-aaa", "pvc-aaa", "vms/disk-a", "", "Released"),
           apiPv("pvc-bbb", "pvc-bbb", "vms/disk-b", "vms/bob")});
   auto r = run(withVg());
@@ -280,6 +284,7 @@ TEST_F(KubeletTree, LocalVolumePathMustExist) {
   pv.driver = "kubernetes.io/local";
   pv.local_path = "/mnt/disks/ssd1";
   pv.block = false;
+  addAgentPod();
   useApi({pv});
   auto r = run();
   EXPECT_EQ(r.status, Status::Fail);
@@ -290,6 +295,43 @@ TEST_F(KubeletTree, LocalVolumePathMustExist) {
       << r.message;
   fs::create_directories(root_ / "mnt/disks/ssd1");
   EXPECT_EQ(run().status, Status::Pass);
+}
+
+// #21: a kubelet directory elsewhere (k0s, microk8s) leaves the default one empty or absent;
+// with the API pinning PVs here, "no local volumes" would be a PASS on input nobody read.
+TEST_F(KubeletTree, ApiPvsWithAnEmptyKubeletDirAreUnknown) {
+  useApi({apiPv("pvc-aaa", "pvc-aaa", "vms/disk-a", "vms/alice")});
+  auto r = run(withVg());
+  EXPECT_EQ(r.status, Status::Unknown) << r.message;
+  EXPECT_TRUE(contains(r.message, "the API pins 1 PVs to this node but")) << r.message;
+  EXPECT_TRUE(contains(r.hint, "checks.local-pv.kubelet_dir")) << r.hint;
+  fs::create_directories(root_ / "var/lib/kubelet/pods");  // present but empty: the same
+  EXPECT_EQ(run(withVg()).status, Status::Unknown);
+  addAgentPod();  // the right directory: judged as before
+  EXPECT_NE(run(withVg()).reason, "KubeletDirNotFound");
+}
+
+// #22 item 5: a missing host root is not a node without volumes.
+TEST_F(KubeletTree, MissingHostRootIsUnknown) {
+  fs::remove_all(root_);
+  HostRoot host(root_.string());
+  Config cfg;
+  ProbeContext ctx{host, cfg};
+  LocalPvProbe probe(std::make_shared<LvmReportSource>(exec_), dev_);
+  auto r = probe.run(ctx);
+  EXPECT_EQ(r.status, Status::Unknown) << r.message;
+  EXPECT_TRUE(contains(r.message, "failed to read the host root")) << r.message;
+}
+
+// A volume whose mount table could not be read is undecided, not healthy.
+TEST_F(KubeletTree, UnreadableMountTableIsUnknown) {
+  addFsPv("uid-1", "pvc-aaa", "pvc-aaa");
+  Config cfg;
+  cfg.set("local-pv", "mountinfo_pid", "999999");  // no such process: mountinfo unreadable
+  cfg.set("local-pv", "use_lvm", false);
+  auto r = run(cfg);
+  EXPECT_EQ(r.status, Status::Unknown) << r.message;
+  EXPECT_EQ(r.reason, "VolumeUnreadable") << r.message;
 }
 
 TEST_F(KubeletTree, ApiForbiddenIsUnknownWhileTheKubeletViewStillCounts) {
