@@ -36,7 +36,8 @@ ProbeList makeProbes(const Seams& seams) {
   p.push_back(std::make_unique<LvmProbe>(lvm_reports));
   p.push_back(std::make_unique<LocalPvProbe>(
       lvm_reports, seams.device, std::make_unique<KubeletDirPvSource>(), seams.api_pvs));
-  p.push_back(std::make_unique<DnsPathProbe>(processDnsVerdicts()));  // agent/dns fills it
+  p.push_back(std::make_unique<DnsPathProbe>(processDnsVerdicts(),  // agent/dns fills it
+                                             seams.cluster_dns));
   p.push_back(std::make_unique<NodeServicesProbe>(seams.dbus));
   return p;
 }

@@ -736,7 +736,7 @@ Result<std::unique_ptr<Extension>> startDnsTracer(AgentServices& s) {
       static_cast<long>(s.config.number("dns-path", "rescan_with_events_seconds", 30) * 1000));
   cfg.kernel_events = s.kernel_events;
   cfg.board = processDnsVerdicts();
-  cfg.cluster = processClusterDns();
+  cfg.cluster = s.cluster_dns;
   cfg.trigger = s.trigger;
   auto svc = DnsService::start(s.host, std::move(cfg), *s.registry, std::move(tracer));
   if (!svc) return svc.error();

@@ -1,7 +1,5 @@
 #include "kube/pv_source.h"
 
-#include <curl/curl.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -261,12 +259,8 @@ Result<std::string> vmOfDataVolume(std::string_view body) {
   return std::string();
 }
 
-ApiPvSource::ApiPvSource(ClientConfig client, ApiPvOptions options, prometheus::Registry& registry)
-    : o_(std::move(options)),
-      creds_(std::move(client)),
-      limiter_(o_.qps, o_.burst),
-      counter_(requestCounter(registry)),
-      http_(creds_, limiter_, stop_, counter_) {
+ApiPvSource::ApiPvSource(std::shared_ptr<Connection> connection, ApiPvOptions options)
+    : o_(std::move(options)), conn_(std::move(connection)), http_(*conn_, stop_) {
   if (o_.start_thread) thread_ = std::thread([this] { loop(); });
 }
 
@@ -373,7 +367,7 @@ Result<PvListing> ApiPvSource::listPinned(const NodeIdentity& node) {
   std::string note;
   resolveClaims(&pinned, uids, rvs, &note);
   PvListing out;
-  out.detail = creds_.config().server + ": " + std::to_string(items) + " PersistentVolumes in " +
+  out.detail = conn_->config().server + ": " + std::to_string(items) + " PersistentVolumes in " +
                std::to_string(pages) + (pages == 1 ? " page" : " pages") + " at resourceVersion " +
                (list_rv.empty() ? "?" : list_rv) + ", " + std::to_string(pinned.size()) +
                " pinned to " + node.name;
@@ -477,34 +471,6 @@ Result<PvListing> ApiPvSource::list(const HostRoot&, const Config&) {
   out.detail += ", " + std::to_string(static_cast<long long>(age)) + " s old";
   if (error_) out.detail += " (the last refresh failed: " + error_->message + ")";
   return out;
-}
-
-std::shared_ptr<PvSource> makeApiPvSource(const Options& opts, const Config& config,
-                                          prometheus::Registry& registry) {
-  if (!config.flag("local-pv", "api_discovery", true) || opts.kube == "none") return nullptr;
-  if (opts.node_name.empty()) {
-    log::warn("local-pv api discovery off: no node name", {{"kube", opts.kube}});
-    return nullptr;
-  }
-  auto client = loadClientConfig(opts.kube, opts.kubeconfig);
-  if (!client) {
-    log::warn("local-pv api discovery off", {{"error", client.error().message}});
-    return nullptr;
-  }
-  ApiPvOptions o;
-  o.node_name = opts.node_name;
-  o.resync = std::chrono::duration<double>(opts.resync_seconds);
-  o.page_size = static_cast<std::size_t>(
-      std::clamp(config.number("local-pv", "api_page_size", 500), 1.0, 5000.0));
-  o.timeout_s = std::max(1.0, config.number("local-pv", "api_timeout_seconds", o.timeout_s));
-  o.max_age_s = config.number("local-pv", "api_max_age_seconds", 3 * opts.resync_seconds);
-  o.node_keys = config.list("local-pv", "api_node_keys", o.node_keys);
-  o.qps = config.number("kube", "qps", o.qps);
-  o.burst = config.number("kube", "burst", o.burst);
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  log::info("local-pv api discovery on", {{"server", client->server}, {"node", opts.node_name}});
-  return std::make_shared<ApiPvSource>(std::move(client).value(), std::move(o), registry);
 }
 
 }  // namespace nodegate::kube

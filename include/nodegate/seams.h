@@ -121,7 +121,8 @@ class KernelClock {
   virtual Result<KernelTimex> adjtimex() = 0;
 };
 
-class PvSource;  // probes/local_pv.h
+class PvSource;         // probes/local_pv.h
+class ClusterDnsBoard;  // probes/dns_path.h
 
 // The production seams, plus room for the D-Bus, netlink and udev ones the agent adds.
 struct Seams {
@@ -132,6 +133,9 @@ struct Seams {
   // local-pv's second PV source, the API's view (agent/kube/pv_source.h); the agent sets it
   // when it has an API connection, productionSeams() leaves it null.
   std::shared_ptr<PvSource> api_pvs;
+  // dns-path's view of the cluster (Cilium's settings), written by the agent's cluster-DNS
+  // reader (agent/kube/cluster_dns.h); null in `nodegate check`.
+  std::shared_ptr<const ClusterDnsBoard> cluster_dns;
 };
 
 // Real implementations (probes/sys/). makeSysDBus alone serves the agent's D-Bus watchers,
