@@ -1,7 +1,7 @@
 // `nodegate agent` — the daemon: wires the loop (loop/runner.h), kernel event sources
-// (triggers/kernel_events.h), publishers (publish/metrics.h, publish/kube/kube.h or a logging
-// stand-in), extensions (extension.h) and the two HTTP listeners (http_server.h), then waits for
-// signals: SIGTERM/SIGINT stop everything within a second, SIGHUP reloads --config.
+// (triggers/kernel_events.h), publishers (publish/metrics.h; the Kubernetes side, kube_wiring.h,
+// or its dry run), extensions (extension.h) and the two HTTP listeners (http_server.h), then
+// waits for signals: SIGTERM/SIGINT stop everything within a second, SIGHUP reloads --config.
 #include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
@@ -9,59 +9,22 @@
 #include <atomic>
 #include <cstdio>
 #include <iostream>
-#include <map>
 #include <mutex>
 #include <thread>
 
 #include "cli/commands.h"
 #include "extension.h"
-#include "kube/pv_source.h"
+#include "kube_wiring.h"
 #include "loop/runner.h"
 #include "nodegate/log.h"
 #include "nodegate/registry.h"
 #include "nodegate/version.h"
-#include "publish/kube/kube.h"
 #include "publish/metrics.h"
 #include "publish/page.h"
 #include "publish/routes.h"
 #include "triggers/kernel_events.h"
 
 namespace nodegate {
-namespace {
-
-// Stand-in for the Kubernetes publisher (--kube none, or auto with no cluster): logs the node
-// labels and taint it would write, once per change, so the daemon is useful without a cluster.
-class LoggingPublisher final : public Publisher {
- public:
-  explicit LoggingPublisher(const Options& opts) : opts_(opts) {}
-  void publish(const Snapshot& snap) override {
-    if (!snap.complete) return;
-    std::map<std::string, std::string> labels;
-    for (const auto& c : snap.checks)
-      for (const auto& [k, v] : c.result.labels) labels[opts_.prefix + "/" + k] = v;
-    auto [gate_key, gate_value] = opts_.gateLabel();
-    if (snap.gate_open) labels[gate_key] = gate_value;
-    bool taint = opts_.taint && !snap.gate_open;
-    if (labels == last_ && taint == last_taint_ && seen_) return;
-    seen_ = true;
-    std::string text;
-    for (const auto& [k, v] : labels) text += (text.empty() ? "" : ",") + k + "=" + v;
-    log::info("kube none: would set node labels",
-              {{"node", opts_.node_name},
-               {"labels", text},
-               {"taint", taint ? opts_.prefix + "/not-ready:NoSchedule" : "none"}});
-    last_ = std::move(labels);
-    last_taint_ = taint;
-  }
-
- private:
-  const Options& opts_;
-  std::map<std::string, std::string> last_;
-  bool last_taint_ = false;
-  bool seen_ = false;
-};
-
-}  // namespace
 
 int runAgent(const Options& opts) {
   // glibc gives each thread that allocates an arena of its own (up to 8 per core); the agent's
@@ -96,29 +59,25 @@ int runAgent(const Options& opts) {
   HostRoot host = opts.hostRoot();
   auto registry = std::make_shared<prometheus::Registry>();
 
+  // The Kubernetes side: one connection for the publisher, local-pv's PV reader and the
+  // cluster-DNS reader. The cluster-DNS facts it writes are read by the dns-path probe and the
+  // DNS service.
+  auto cluster_dns = std::make_shared<ClusterDnsBoard>();
+  auto kube = startKubeSide(opts, kubeSettings(opts, initial_config), *registry, cluster_dns);
+  if (!kube) {
+    log::error("failed to start kubernetes publisher", {{"error", kube.error().message}});
+    return 1;
+  }
+
   RunnerOptions ro;
   ro.resync = std::chrono::duration<double>(opts.resync_seconds);
   ro.registry = registry;
   auto seams = productionSeams();
-  // local-pv's API view of the PVs pinned here (null unless connected and enabled).
-  seams.api_pvs = kube::makeApiPvSource(opts, initial_config, *registry);
+  seams.api_pvs = kube->api_pvs;
+  seams.cluster_dns = cluster_dns;
   auto runner = std::make_shared<Runner>(makeProbes(seams), host, initial_config, ro);
   runner->addPublisher(std::make_shared<MetricsPublisher>(registry));
-  if (opts.kube == "none") {
-    runner->addPublisher(std::make_shared<LoggingPublisher>(opts));
-  } else {
-    auto kube = makeKubePublisher(opts, initial_config, *registry);
-    if (kube) {
-      runner->addPublisher(std::shared_ptr<Publisher>(std::move(kube).value()));
-    } else if (opts.kube == "auto") {
-      log::warn("no kubernetes api: logging what would be published",
-                {{"error", kube.error().message}});
-      runner->addPublisher(std::make_shared<LoggingPublisher>(opts));
-    } else {
-      log::error("failed to start kubernetes publisher", {{"error", kube.error().message}});
-      return 1;
-    }
-  }
+  runner->addPublisher(kube->publisher);
   ProcessMetrics process(*registry, HostRoot("/"));
 
   PageSections sections;
@@ -172,7 +131,8 @@ int runAgent(const Options& opts) {
                          sections,
                          [runner](std::uint32_t bits) { runner->trigger(bits); },
                          [runner] { return runner->snapshot(); },
-                         events ? events.value().get() : nullptr};
+                         events ? events.value().get() : nullptr,
+                         cluster_dns};
   std::mutex ext_mu;
   std::vector<std::unique_ptr<Extension>> extensions;
   auto ext_done = std::make_shared<std::atomic<bool>>(false);

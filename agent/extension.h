@@ -12,6 +12,9 @@
 //      listen to link and
 //                         netns changes with addListener() (remove it in your destructor); null
 //                         when none could be opened.
+//      - s.cluster_dns:   what the API says about the cluster's DNS (Cilium, CoreDNS endpoints),
+//                         kept fresh by the agent's cluster-DNS reader; never null (empty without
+//                         an API connection).
 // 2. Add ONE line for it to agentExtensions() in agent/extensions.cpp.
 // The agent starts extensions one after another on a starter thread, after the loop and the HTTP
 // listeners are up (so a slow start, e.g. loading BPF programs, delays nothing else; routes and
@@ -38,6 +41,7 @@
 
 namespace nodegate {
 
+class ClusterDnsBoard;
 class KernelEvents;
 
 struct AgentServices {
@@ -50,6 +54,7 @@ struct AgentServices {
   std::function<void(std::uint32_t trigger_bits)> trigger;
   std::function<std::shared_ptr<const Snapshot>()> snapshot;
   KernelEvents* kernel_events = nullptr;  // outlives every extension
+  std::shared_ptr<const ClusterDnsBoard> cluster_dns;
 };
 
 // A running component; destroying it stops it.

@@ -144,11 +144,6 @@ std::optional<ClusterDnsFacts> ClusterDnsBoard::facts() const {
   return facts_;
 }
 
-std::shared_ptr<ClusterDnsBoard> processClusterDns() {
-  static const auto board = std::make_shared<ClusterDnsBoard>();
-  return board;
-}
-
 namespace {
 
 constexpr const char* kSocketLbHint =

@@ -117,8 +117,10 @@ struct ClusterDnsFacts {
   std::string endpoints_detail;
 };
 
-// Written by the agent's API client, read by the dns-path probe and the DNS tracer; nullopt
-// until the first read (and always without an API connection). Thread-safe.
+// Built by the composition root, written by the agent's cluster-DNS reader
+// (agent/kube/cluster_dns.h), read by the dns-path probe (through Seams) and the DNS service
+// (through AgentServices); nullopt until the first read (and always without an API connection).
+// Thread-safe.
 class ClusterDnsBoard {
  public:
   void publish(ClusterDnsFacts f);
@@ -128,7 +130,6 @@ class ClusterDnsBoard {
   mutable std::mutex mu_;
   std::optional<ClusterDnsFacts> facts_;
 };
-std::shared_ptr<ClusterDnsBoard> processClusterDns();
 
 struct DnsPathInputs {
   std::optional<DnsPathSummary> tracer;  // nullopt: tracer not running
@@ -186,9 +187,10 @@ inline const ProbeSpec kDnsPathSpec{
 
 class DnsPathProbe final : public Probe {
  public:
-  // cluster: Cilium settings from the API; the file in checks.dns-path.cilium_config_file wins.
-  explicit DnsPathProbe(std::shared_ptr<const DnsVerdictSource> source,
-                        std::shared_ptr<const ClusterDnsBoard> cluster = processClusterDns())
+  // cluster: Cilium settings from the API (null: none); the file in
+  // checks.dns-path.cilium_config_file wins.
+  DnsPathProbe(std::shared_ptr<const DnsVerdictSource> source,
+               std::shared_ptr<const ClusterDnsBoard> cluster)
       : source_(std::move(source)), cluster_(std::move(cluster)) {}
   const ProbeSpec& spec() const override { return kDnsPathSpec; }
   CheckResult run(const ProbeContext& ctx) override;

@@ -55,7 +55,7 @@ const Entry kEntries[] = {
                                  std::make_unique<KubeletDirPvSource>(), s.seams.api_pvs);
      }},
     {&kDnsPathSpec,  // agent/dns fills the verdicts
-     [](Shared&) { return make<DnsPathProbe>(processDnsVerdicts()); }},
+     [](Shared& s) { return make<DnsPathProbe>(processDnsVerdicts(), s.seams.cluster_dns); }},
     {&kNodeServicesSpec, [](Shared& s) { return make<NodeServicesProbe>(s.seams.dbus); }},
 };
 

@@ -735,7 +735,7 @@ Result<std::unique_ptr<Extension>> startDnsTracer(AgentServices& s) {
       static_cast<long>(s.config.number(kDnsPathRescanWithEventsSetting) * 1000));
   cfg.kernel_events = s.kernel_events;
   cfg.board = processDnsVerdicts();
-  cfg.cluster = processClusterDns();
+  cfg.cluster = s.cluster_dns;
   cfg.trigger = s.trigger;
   auto svc = DnsService::start(s.host, std::move(cfg), *s.registry, std::move(tracer));
   if (!svc) return svc.error();

@@ -3,7 +3,13 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
+#include <optional>
+#include <random>
+
 #include <nlohmann/json.hpp>
+
+#include "nodegate/log.h"
 
 namespace nodegate::kube {
 namespace {
@@ -101,12 +107,54 @@ void readDnsEndpoints(const HttpResponse& r, const ClusterDnsOptions& o, Cluster
   out.endpoints_detail = std::to_string(out.dns_endpoints.size()) + " addresses in " + what;
 }
 
-ClusterDnsFacts fetchClusterDns(HttpClient& http, const ClusterDnsOptions& o) {
+ClusterDnsFacts fetchClusterDns(ApiClient& api, const ClusterDnsOptions& o) {
   ClusterDnsFacts f;
-  readCiliumConfig(http.request("get", "GET", ciliumConfigPath(o)), o, f);
-  readDnsEndpoints(http.request("list", "GET", dnsEndpointSlicesPath(o)), o, f);
+  readCiliumConfig(api.request("get", "GET", ciliumConfigPath(o)), o, f);
+  readDnsEndpoints(api.request("list", "GET", dnsEndpointSlicesPath(o)), o, f);
   f.updated = std::chrono::system_clock::now();
   return f;
+}
+
+ClusterDnsSource::ClusterDnsSource(std::shared_ptr<Connection> connection,
+                                   ClusterDnsOptions options,
+                                   std::shared_ptr<ClusterDnsBoard> board)
+    : conn_(std::move(connection)),
+      o_(std::move(options)),
+      board_(std::move(board)),
+      api_(*conn_, stop_) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+ClusterDnsSource::~ClusterDnsSource() {
+  stop_.stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+// Reads every o_.refresh plus or minus 10%, so a fleet does not read in step.
+void ClusterDnsSource::loop() {
+  std::mt19937_64 rng(o_.seed ? o_.seed : std::random_device{}());
+  const double delay =
+      std::uniform_real_distribution<double>(0, std::max(0.0, o_.startup_jitter_s))(rng);
+  if (!stop_.sleepFor(std::chrono::duration<double>(delay))) return;
+  std::optional<ClusterDnsFacts> last;
+  while (!stop_.stopped()) {
+    ClusterDnsFacts f = fetchClusterDns(api_, o_);
+    if (stop_.stopped()) return;
+    if (!last || last->cilium_detail != f.cilium_detail ||
+        last->endpoints_detail != f.endpoints_detail) {
+      auto level = f.cilium_read == ApiRead::Forbidden || f.cilium_read == ApiRead::Failed ||
+                           f.endpoints_read != ApiRead::Ok
+                       ? log::Level::Warn
+                       : log::Level::Info;
+      log::write(level, "cluster dns facts",
+                 {{"cilium", f.cilium_detail}, {"coredns", f.endpoints_detail}});
+    }
+    board_->publish(f);
+    last = std::move(f);
+    double period = static_cast<double>(std::max<long long>(1, o_.refresh.count())) *
+                    std::uniform_real_distribution<double>(0.9, 1.1)(rng);
+    if (!stop_.sleepFor(std::chrono::duration<double>(period))) return;
+  }
 }
 
 }  // namespace nodegate::kube

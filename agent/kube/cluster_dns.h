@@ -1,16 +1,20 @@
-// What the DNS side needs from the cluster, read (never written) through the publisher's API
+// What the DNS side needs from the cluster, read (never written) through the process's API
 // connection: Cilium's settings from its ConfigMap, which predict the guest DNS incident
 // (probes/dns_path.h), and the kube-dns Service's EndpointSlices, the CoreDNS pods the DNS
-// tracer's verdicts must know about (agent/dns/correlator.h). The publisher's own thread reads
-// both every `refresh` and puts the result on a ClusterDnsBoard; the parsing is pure and tested
-// on literal responses.
+// tracer's verdicts must know about (agent/dns/correlator.h). A ClusterDnsSource thread reads
+// both every `refresh` and puts the result on the ClusterDnsBoard the composition root hands to
+// it and to the readers (the dns-path probe, the DNS service); the parsing is pure and tested on
+// literal responses.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "dns_path.h"
-#include "kube/client.h"
+#include "kube/connection.h"
 
 namespace nodegate::kube {
 
@@ -19,8 +23,10 @@ struct ClusterDnsOptions {
   std::string cilium_configmap = "cilium-config";  // dns-path.cilium_configmap
   std::string dns_namespace = "kube-system";       // dns-path.dns_service_namespace
   std::string dns_service = "kube-dns";            // dns-path.dns_service
-  std::chrono::seconds refresh{
-      300};  // kube.cluster_dns_refresh_seconds (at least --resync), jittered
+  // kube.cluster_dns_refresh_seconds (at least --resync), jittered by +-10%
+  std::chrono::seconds refresh{300};
+  double startup_jitter_s = 2;  // kube.startup_jitter_seconds: spreads a fleet restart
+  std::uint64_t seed = 0;       // 0: random
 };
 
 std::string ciliumConfigPath(const ClusterDnsOptions& o);
@@ -33,6 +39,28 @@ void readCiliumConfig(const HttpResponse& r, const ClusterDnsOptions& o, Cluster
 void readDnsEndpoints(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out);
 
 // Both reads, one request each.
-ClusterDnsFacts fetchClusterDns(HttpClient& http, const ClusterDnsOptions& o);
+ClusterDnsFacts fetchClusterDns(ApiClient& api, const ClusterDnsOptions& o);
+
+// The reader: a thread of its own on the shared connection, publishing to `board` after every
+// read (a failed read is published as such: the dns-path check says what it could not see) and
+// logging when what it read changes. Destroying it stops the thread.
+class ClusterDnsSource {
+ public:
+  ClusterDnsSource(std::shared_ptr<Connection> connection, ClusterDnsOptions options,
+                   std::shared_ptr<ClusterDnsBoard> board);
+  ~ClusterDnsSource();
+  ClusterDnsSource(const ClusterDnsSource&) = delete;
+  ClusterDnsSource& operator=(const ClusterDnsSource&) = delete;
+
+ private:
+  void loop();
+
+  std::shared_ptr<Connection> conn_;
+  ClusterDnsOptions o_;
+  std::shared_ptr<ClusterDnsBoard> board_;
+  Stopper stop_;
+  ApiClient api_;
+  std::thread thread_;
+};
 
 }  // namespace nodegate::kube

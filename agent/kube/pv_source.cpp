@@ -1,14 +1,11 @@
 #include "kube/pv_source.h"
 
-#include <curl/curl.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <random>
 
-#include "nodegate/agent_settings.h"
 #include "nodegate/log.h"
 
 namespace nodegate::kube {
@@ -82,9 +79,9 @@ int errnoOf(long code, const std::string& transport) {
 }  // namespace
 
 std::vector<std::string> defaultNodeKeys() {
-  // kubelet's hostname label (local volumes), TopoLVM (old and new group), OpenEBS lvm-localpv:
-  // the default of checks.local-pv.api_node_keys.
-  return kLocalPvApiNodeKeysSetting.fallback.get<std::vector<std::string>>();
+  // kubelet's hostname label (local volumes), TopoLVM (old and new group), OpenEBS lvm-localpv.
+  return {"kubernetes.io/hostname", "topology.topolvm.io/node", "topology.topolvm.cybozu.com/node",
+          "openebs.io/nodename"};
 }
 
 Result<NodeIdentity> parseNode(std::string_view body) {
@@ -262,12 +259,8 @@ Result<std::string> vmOfDataVolume(std::string_view body) {
   return std::string();
 }
 
-ApiPvSource::ApiPvSource(ClientConfig client, ApiPvOptions options, prometheus::Registry& registry)
-    : o_(std::move(options)),
-      creds_(std::move(client)),
-      limiter_(o_.qps, o_.burst),
-      counter_(requestCounter(registry)),
-      http_(creds_, limiter_, stop_, counter_) {
+ApiPvSource::ApiPvSource(std::shared_ptr<Connection> connection, ApiPvOptions options)
+    : o_(std::move(options)), conn_(std::move(connection)), http_(*conn_, stop_) {
   if (o_.start_thread) thread_ = std::thread([this] { loop(); });
 }
 
@@ -374,7 +367,7 @@ Result<PvListing> ApiPvSource::listPinned(const NodeIdentity& node) {
   std::string note;
   resolveClaims(&pinned, uids, rvs, &note);
   PvListing out;
-  out.detail = creds_.config().server + ": " + std::to_string(items) + " PersistentVolumes in " +
+  out.detail = conn_->config().server + ": " + std::to_string(items) + " PersistentVolumes in " +
                std::to_string(pages) + (pages == 1 ? " page" : " pages") + " at resourceVersion " +
                (list_rv.empty() ? "?" : list_rv) + ", " + std::to_string(pinned.size()) +
                " pinned to " + node.name;
@@ -478,33 +471,6 @@ Result<PvListing> ApiPvSource::list(const HostRoot&, const Config&) {
   out.detail += ", " + std::to_string(static_cast<long long>(age)) + " s old";
   if (error_) out.detail += " (the last refresh failed: " + error_->message + ")";
   return out;
-}
-
-std::shared_ptr<PvSource> makeApiPvSource(const Options& opts, const Config& config,
-                                          prometheus::Registry& registry) {
-  if (!config.flag(kLocalPvApiDiscoverySetting) || opts.kube == "none") return nullptr;
-  if (opts.node_name.empty()) {
-    log::warn("local-pv api discovery off: no node name", {{"kube", opts.kube}});
-    return nullptr;
-  }
-  auto client = loadClientConfig(opts.kube, opts.kubeconfig);
-  if (!client) {
-    log::warn("local-pv api discovery off", {{"error", client.error().message}});
-    return nullptr;
-  }
-  ApiPvOptions o;
-  o.node_name = opts.node_name;
-  o.resync = std::chrono::duration<double>(opts.resync_seconds);
-  o.page_size = static_cast<std::size_t>(config.number(kLocalPvApiPageSizeSetting));
-  o.timeout_s = config.number(kLocalPvApiTimeoutSetting);
-  o.max_age_s = config.number(kLocalPvApiMaxAgeSetting, 3 * opts.resync_seconds);
-  o.node_keys = config.list(kLocalPvApiNodeKeysSetting);
-  o.qps = config.number(kKubeQpsSetting);
-  o.burst = config.number(kKubeBurstSetting);
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  log::info("local-pv api discovery on", {{"server", client->server}, {"node", opts.node_name}});
-  return std::make_shared<ApiPvSource>(std::move(client).value(), std::move(o), registry);
 }
 
 }  // namespace nodegate::kube

@@ -23,8 +23,7 @@
 #include <prometheus/registry.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/options.h"
-#include "kube/client.h"
+#include "kube/connection.h"
 #include "local_pv.h"
 #include "nodegate/config.h"
 
@@ -79,13 +78,13 @@ struct ApiPvOptions {
                                      // serving the last view this long (not after 401/403)
   std::size_t max_claim_gets = 100;  // per refresh; the rest wait for the next one
   std::vector<std::string> node_keys = defaultNodeKeys();
-  double qps = 5, burst = 10;  // its own budget, beside the publisher's
-  bool start_thread = true;    // tests drive refresh() themselves
+  bool start_thread = true;  // tests drive refresh() themselves
 };
 
 class ApiPvSource final : public PvSource {
  public:
-  ApiPvSource(ClientConfig client, ApiPvOptions options, prometheus::Registry& registry);
+  // Requests go through the process's shared connection (and its budget).
+  ApiPvSource(std::shared_ptr<Connection> connection, ApiPvOptions options);
   ~ApiPvSource() override;
   ApiPvSource(const ApiPvSource&) = delete;
   ApiPvSource& operator=(const ApiPvSource&) = delete;
@@ -109,11 +108,9 @@ class ApiPvSource final : public PvSource {
   void loop();
 
   ApiPvOptions o_;
-  Credentials creds_;
-  RateLimiter limiter_;
+  std::shared_ptr<Connection> conn_;
   Stopper stop_;
-  RequestCounter& counter_;
-  HttpClient http_;                           // refresh thread only
+  ApiClient http_;                            // refresh thread only
   std::string last_rv_;                       // refresh thread only
   std::map<std::string, Cached> cache_;       // pv name -> claim details; refresh thread
   std::map<std::string, std::string> dv_vm_;  // DataVolume uid -> VM; refresh thread
@@ -125,11 +122,5 @@ class ApiPvSource final : public PvSource {
   std::optional<Error> error_;
   std::thread thread_;
 };
-
-// The source the agent installs into Seams::api_pvs: null with --kube none, without credentials,
-// or with checks.local-pv.api_discovery false (on by default: "from the API when connected"; the
-// chart grants the reads unless rbac.readPersistentVolumes is false, which also turns it off).
-std::shared_ptr<PvSource> makeApiPvSource(const Options& opts, const Config& config,
-                                          prometheus::Registry& registry);
 
 }  // namespace nodegate::kube

@@ -7,6 +7,7 @@
 #include "nodegate/json.h"
 #include "nodegate/log.h"
 #include "publish/http_server.h"
+#include "publish/rfc3339.h"
 
 namespace nodegate {
 
@@ -37,17 +38,7 @@ std::string PageSections::render(const Snapshot& snapshot) const {
 }
 
 std::string rfc3339(std::chrono::system_clock::time_point t) {
-  using namespace std::chrono;
-  if (t.time_since_epoch().count() == 0) return "";
-  auto ms = duration_cast<milliseconds>(t.time_since_epoch()).count();
-  std::time_t secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(ms % 1000));
-  return buf;
+  return t.time_since_epoch().count() == 0 ? "" : formatRfc3339(t, 3);
 }
 
 std::string runbookUrl(const std::string& base, const std::string& check) {

@@ -173,9 +173,10 @@ class Netlink {
   virtual Result<std::unique_ptr<KernelEventSource>> linkEvents() = 0;
 };
 
-class PvSource;  // probes/local_pv.h
+class PvSource;         // probes/local_pv.h
+class ClusterDnsBoard;  // probes/dns_path.h
 
-// The production seams; the agent adds what needs its API connection (api_pvs).
+// The production seams; the agent adds what needs its API connection (api_pvs, cluster_dns).
 struct Seams {
   std::shared_ptr<DeviceIo> device;
   std::shared_ptr<Exec> exec;
@@ -186,6 +187,9 @@ struct Seams {
   // local-pv's second PV source, the API's view (agent/kube/pv_source.h); the agent sets it
   // when it has an API connection, productionSeams() leaves it null.
   std::shared_ptr<PvSource> api_pvs;
+  // dns-path's view of the cluster (Cilium's settings), written by the agent's cluster-DNS
+  // reader (agent/kube/cluster_dns.h); null in `nodegate check`.
+  std::shared_ptr<const ClusterDnsBoard> cluster_dns;
 };
 
 // Real implementations (probes/sys/). makeSysDBus alone serves the agent's D-Bus watchers,

@@ -834,7 +834,8 @@ class Handler(BaseHTTPRequestHandler):
                 except ValueError:
                     parsed = body.decode(errors="replace")
             u = urllib.parse.urlsplit(self.path)
-            st.log.append({"seq": st.seq, "time": time.time(), "method": self.command, "path": u.path,
+            st.log.append({"seq": st.seq, "time": time.time(), "started": getattr(self, "_started", None),
+                           "method": self.command, "path": u.path,
                            "query": u.query, "status": status, "user": user,
                            "content_type": self.headers.get("Content-Type", ""), "body": parsed,
                            "user_agent": self.headers.get("User-Agent", "")})
@@ -903,6 +904,7 @@ class Handler(BaseHTTPRequestHandler):
         self._dispatch()
 
     def _dispatch(self):
+        self._started = time.time()  # arrival: what a client-side rate limit spaces out
         u = urllib.parse.urlsplit(self.path)
         path, query = u.path.rstrip("/") or "/", dict(urllib.parse.parse_qsl(u.query, keep_blank_values=True))
         body = b""

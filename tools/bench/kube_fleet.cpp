@@ -24,6 +24,7 @@
 
 #include <prometheus/registry.h>
 
+#include "kube/kubeconfig.h"
 #include "nodegate/log.h"
 #include "publish/kube/publisher.h"
 
@@ -91,12 +92,12 @@ int main(int argc, char** argv) {
     PublisherOptions o;
     o.publish.node_name = "fleet-" + std::to_string(first + i);
     o.publish.required = {"cpu-virt", "kvm-device", "tun", "kernel-modules"};
-    o.qps = arg(argc, argv, "--qps", 5);
-    o.burst = arg(argc, argv, "--burst", 10);
     o.heartbeat = std::chrono::seconds(static_cast<long long>(arg(argc, argv, "--heartbeat", 300)));
     o.startup_jitter_s = arg(argc, argv, "--startup-jitter", 2);
     o.watch_timeout_s = arg(argc, argv, "--watch-timeout", 300);
-    pubs.push_back(startPublisher(*client, o, registry));
+    // Each simulated agent is a process of its own: one connection (and budget) each.
+    ConnectionSettings cs{arg(argc, argv, "--qps", 5), arg(argc, argv, "--burst", 10)};
+    pubs.push_back(startPublisher(std::make_shared<Connection>(*client, cs, registry), o));
     pubs.back()->publish(snapshot(true));
   }
   std::printf("started %d agents\n", agents);

@@ -1,11 +1,10 @@
 #include "publish/kube/node_state.h"
 
-#include "text.h"
-
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
-#include <ctime>
+
+#include "publish/rfc3339.h"
+#include "text.h"
 
 #include "nodegate/registry.h"
 
@@ -262,7 +261,7 @@ std::optional<json> statusPatch(const Desired& want, const json& node, Clock::ti
       (heartbeat.count() == 0 || now < nextHeartbeat(want, node, heartbeat)))
     return std::nullopt;
 
-  const std::string stamp = formatTime(now);
+  const std::string stamp = formatRfc3339(now);
   json conds = json::array();
   for (const auto& c : want.conditions) {
     const json* seen = observedCondition(node, c.type);
@@ -290,7 +289,7 @@ Clock::time_point nextHeartbeat(const Desired& want, const json& node,
   for (const auto& c : want.conditions) {
     const json* seen = observedCondition(node, c.type);
     if (!seen) continue;
-    auto t = parseTime(seen->value("lastHeartbeatTime", ""));
+    auto t = parseApiTime(seen->value("lastHeartbeatTime", ""));
     // A missing or unreadable heartbeat is due now.
     Clock::time_point at = t ? *t + heartbeat : Clock::time_point{};
     due = std::min(due, at);
@@ -308,32 +307,6 @@ std::vector<Transition> transitions(const Desired& want, const json& node) {
     out.push_back({c, from});
   }
   return out;
-}
-
-std::string formatTime(Clock::time_point t) {
-  std::time_t secs = Clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-std::string formatMicroTime(Clock::time_point t) {
-  std::time_t secs = Clock::to_time_t(t);
-  auto micros =
-      std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count() % 1000000;
-  if (micros < 0) micros += 1000000;
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[48];
-  std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(buf + n, sizeof buf - n, ".%06lldZ", static_cast<long long>(micros));
-  return buf;
-}
-
-std::optional<Clock::time_point> parseTime(const std::string& text) {
-  return parseApiTime(text);
 }
 
 }  // namespace nodegate::kube

@@ -85,10 +85,4 @@ struct Transition {
 };
 std::vector<Transition> transitions(const Desired& want, const nlohmann::json& node);
 
-// RFC 3339 in UTC with second precision ("2026-11-29T14:10:50Z"), as metav1.Time marshals.
-std::string formatTime(Clock::time_point t);
-// Microsecond precision, as metav1.MicroTime marshals (events' eventTime).
-std::string formatMicroTime(Clock::time_point t);
-std::optional<Clock::time_point> parseTime(const std::string& text);
-
 }  // namespace nodegate::kube

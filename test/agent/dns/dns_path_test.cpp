@@ -172,7 +172,7 @@ TEST(DnsPathEval, TracerWithoutTraffic) {
 
 TEST(DnsPathProbe, ReadsTheBoardAndTheConfiguredFile) {
   auto board = std::make_shared<DnsVerdictBoard>();
-  DnsPathProbe probe(board);
+  DnsPathProbe probe(board, nullptr);  // no API: the configured file only
   HostRoot host("/nonexistent");
   host.setProcfs(kDir + "proc-launchers");
   Config cfg;

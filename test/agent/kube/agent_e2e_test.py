@@ -55,13 +55,17 @@ class AgentE2E(unittest.TestCase):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     @classmethod
-    def start_agent(cls):
+    def agent_args(cls, node, kube):
         cls.metrics_port = free_port(19300, 19399)
+        return [cls.binary, "agent", "--host-root", cls.root] + kube + [
+            "--node-name", node, "--config", cls.config, "--taint", "--resync", "1",
+            "--listen", "127.0.0.1:%d" % cls.metrics_port, "--debug-listen", "", "--dns-trace", "off",
+            "--lvm-command", "false"]
+
+    @classmethod
+    def start_agent(cls):
         cls.agent = subprocess.Popen(
-            [cls.binary, "agent", "--host-root", cls.root, "--kube", "kubeconfig", "--kubeconfig",
-             cls.api.kubeconfig, "--node-name", NODE, "--config", cls.config, "--taint", "--resync", "1",
-             "--listen", "127.0.0.1:%d" % cls.metrics_port, "--debug-listen", "", "--dns-trace", "off",
-             "--lvm-command", "false"],
+            cls.agent_args(NODE, ["--kube", "kubeconfig", "--kubeconfig", cls.api.kubeconfig]),
             stdout=open(cls.agent_log, "a"), stderr=subprocess.STDOUT)
 
     @classmethod
@@ -187,6 +191,48 @@ class AgentE2E(unittest.TestCase):
         subprocess.run([KUBECTL, "label", "node", NODE, "nodegate.io/vm-ready-"], env=env, check=True,
                        capture_output=True, timeout=60)
         self.assertTrue(eventually(self.open_state, 10))
+
+    def test_kube_none_logs_what_the_agent_sends(self):
+        """--kube none prints the patches the real publisher sends to a fresh Node: the same
+        labels, ownership annotation, taint and conditions, from the same functions."""
+        node = "dry-run-node"
+        status, _ = self.api.call("POST", "/fake/nodes", {"name": node})
+        self.assertEqual(status, 201)
+        self.set_vmx(False)  # a closed gate: labels, the taint and False conditions all show
+        seq = self.api.last_seq()
+        with open(os.path.join(self.tmp, "real.log"), "w") as out:
+            real = subprocess.Popen(self.agent_args(node, ["--kube", "kubeconfig", "--kubeconfig",
+                                                           self.api.kubeconfig]),
+                                    stdout=out, stderr=subprocess.STDOUT)
+            try:
+                def sent():
+                    return [r for r in self.api.requests(seq) if r["method"] == "PATCH"
+                            and r["path"].startswith("/api/v1/nodes/" + node)]
+                self.assertTrue(eventually(lambda: len(sent()) >= 2, 30))
+            finally:
+                real.send_signal(signal.SIGTERM)
+                real.wait(10)
+        meta = next(r["body"] for r in sent() if r["path"] == "/api/v1/nodes/" + node)
+        status_patch = next(r["body"] for r in sent() if r["path"].endswith("/status"))
+
+        dry = subprocess.run(["timeout", "-s", "TERM", "4"] + self.agent_args(node, ["--kube", "none"]),
+                             capture_output=True, text=True, timeout=30)
+        logged = {}
+        for line in dry.stderr.splitlines() + dry.stdout.splitlines():
+            m = re.search(r'msg="kube none: would (set node labels|patch node status)".* patch="((?:[^"\\]|\\.)*)"', line)
+            if m:
+                # The log quotes '"' and '\\' with a backslash and writes a newline as \\n.
+                text = re.sub(r"\\(.)", lambda e: "\n" if e.group(1) == "n" else e.group(1), m.group(2))
+                logged.setdefault(m.group(1), json.loads(text))
+        self.assertIn("set node labels", logged, dry.stderr[-3000:])
+        self.assertIn("patch node status", logged, dry.stderr[-3000:])
+        want = logged["set node labels"]
+        self.assertEqual(want["metadata"]["labels"], meta["metadata"]["labels"])
+        self.assertEqual(want["metadata"]["annotations"], meta["metadata"]["annotations"])
+        self.assertEqual(want["spec"]["taints"], meta["spec"]["taints"])
+        strip = lambda conds: [{k: v for k, v in c.items() if not k.startswith("last")} for c in conds]
+        self.assertEqual(strip(logged["patch node status"]["status"]["conditions"]),
+                         strip(status_patch["status"]["conditions"]))
 
 
 if __name__ == "__main__":

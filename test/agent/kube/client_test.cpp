@@ -7,8 +7,13 @@
 #include <filesystem>
 #include <fstream>
 
-#include "kube/client.h"
+#include "kube/base64.h"
+#include "kube/client_config.h"
 #include "kube/cluster_dns.h"
+#include "kube/credentials.h"
+#include "kube/flow_control.h"
+#include "kube/http.h"
+#include "kube/kubeconfig.h"
 #include "kube/yaml_lite.h"
 
 namespace nodegate::kube {

@@ -1,5 +1,7 @@
 // Pure "desired state vs observed Node -> patch" computations.
 #include "publish/kube/node_state.h"
+#include "publish/rfc3339.h"
+#include "text.h"
 
 #include <gtest/gtest.h>
 
@@ -222,7 +224,7 @@ TEST(StatusPatch, WritesAllOwnConditionsAndDeletesStale) {
   auto want = desiredState(healthy(), settings());
   auto n = node();
   n["status"]["conditions"].push_back({{"type", "GuestDNSHealthy"}, {"status", "False"}});
-  auto now = *parseTime("2026-11-29T10:00:00Z");
+  auto now = *parseApiTime("2026-11-29T10:00:00Z");
   auto p = statusPatch(want, n, now, 300s);
   ASSERT_TRUE(p);
   const auto& conds = (*p)["status"]["conditions"];
@@ -235,7 +237,7 @@ TEST(StatusPatch, WritesAllOwnConditionsAndDeletesStale) {
 TEST(StatusPatch, UnchangedStatusKeepsTransitionTimeAndHeartbeatIsThrottled) {
   auto want = desiredState(healthy(), settings());
   auto n = withConditions(want, "2026-11-29T10:00:00Z");
-  auto t0 = *parseTime("2026-11-29T10:00:00Z");
+  auto t0 = *parseApiTime("2026-11-29T10:00:00Z");
   EXPECT_FALSE(statusPatch(want, n, t0 + 299s, 300s));
   EXPECT_FALSE(statusPatch(want, n, t0 + 10h, 0s));  // heartbeat 0: never for its own sake
   EXPECT_EQ(nextHeartbeat(want, n, 300s), t0 + 300s);
@@ -252,7 +254,7 @@ TEST(StatusPatch, MessageOnlyChangeWaitsForHeartbeat) {
   auto n = withConditions(want, "2026-11-29T10:00:00Z");
   auto chatty = want;
   chatty.conditions[0].message = "live detail that changes every cycle";
-  auto t0 = *parseTime("2026-11-29T10:00:00Z");
+  auto t0 = *parseApiTime("2026-11-29T10:00:00Z");
   EXPECT_FALSE(statusPatch(chatty, n, t0 + 10s, 300s));
   auto p = statusPatch(chatty, n, t0 + 300s, 300s);
   ASSERT_TRUE(p);
@@ -265,7 +267,7 @@ TEST(StatusPatch, StatusChangeMovesTransitionTime) {
   auto s = healthy();
   s.checks[1] = check("kvm-device", Status::Fail, "DeviceMissing");
   auto broken = desiredState(s, settings());
-  auto p = statusPatch(broken, n, *parseTime("2026-11-29T10:01:00Z"), 300s);
+  auto p = statusPatch(broken, n, *parseApiTime("2026-11-29T10:01:00Z"), 300s);
   ASSERT_TRUE(p);
   for (const auto& c : (*p)["status"]["conditions"]) {
     if (c["type"] == "VirtualizationReady") {
@@ -294,12 +296,12 @@ TEST(Transitions, OnlyStatusChangesAndNotHealthyFirstReports) {
 }
 
 TEST(Time, FormatAndParseRoundTrip) {
-  auto t = *parseTime("2026-11-29T14:10:50Z");
-  EXPECT_EQ(formatTime(t), "2026-11-29T14:10:50Z");
-  EXPECT_EQ(formatMicroTime(t + 1500us), "2026-11-29T14:10:50.001500Z");
-  EXPECT_TRUE(parseTime("2026-11-29T14:10:50.123456Z"));
-  EXPECT_FALSE(parseTime("2026-11-29 14:10:50"));
-  EXPECT_FALSE(parseTime("2026-11-29T14:10:50+01:00"));
+  auto t = *parseApiTime("2026-11-29T14:10:50Z");
+  EXPECT_EQ(formatRfc3339(t), "2026-11-29T14:10:50Z");
+  EXPECT_EQ(formatRfc3339(t + 1500us, 6), "2026-11-29T14:10:50.001500Z");
+  EXPECT_TRUE(parseApiTime("2026-11-29T14:10:50.123456Z"));
+  EXPECT_FALSE(parseApiTime("2026-11-29 14:10:50"));
+  EXPECT_FALSE(parseApiTime("2026-11-29T14:10:50+01:00"));
 }
 
 }  // namespace

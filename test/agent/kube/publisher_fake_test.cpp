@@ -11,6 +11,8 @@
 #include <prometheus/registry.h>
 
 #include "fake_api.h"
+#include "kube/cluster_dns.h"
+#include "kube/kubeconfig.h"
 #include "nodegate/config.h"
 #include "nodegate/host_root.h"
 #include "nodegate/log.h"
@@ -80,8 +82,6 @@ class PublisherFake : public ::testing::Test {
     o.publish.gate_label = {"nodegate.io/vm-ready", "true"};
     o.publish.taint = taint;
     o.publish.required = {"cpu-virt", "kvm-device", "tun", "kernel-modules"};
-    o.qps = 50;
-    o.burst = 50;
     o.startup_jitter_s = 0;
     o.watch_timeout_s = 30;
     o.seed = 1;
@@ -94,9 +94,12 @@ class PublisherFake : public ::testing::Test {
     return *c;
   }
 
-  std::unique_ptr<Publisher> start(PublisherOptions o, ClientConfig c = {}) {
+  std::shared_ptr<Connection> connection(ClientConfig c = {}) {
     if (c.server.empty()) c = client();
-    return startPublisher(std::move(c), std::move(o), registry_);
+    return std::make_shared<Connection>(std::move(c), ConnectionSettings{50, 50}, registry_);
+  }
+  std::unique_ptr<Publisher> start(PublisherOptions o, ClientConfig c = {}) {
+    return startPublisher(connection(std::move(c)), std::move(o));
   }
 
   json node() { return api_->node(node_); }
@@ -470,9 +473,10 @@ class CaRotation : public PublisherFake {
     ClientConfig c = client();
     c.ca_file = ca_.string();
     c.ca_pem.clear();
-    creds_ = std::make_unique<Credentials>(c);
-    http_ = std::make_unique<HttpClient>(*creds_, limiter_, stop_, requestCounter(registry_));
+    conn_ = std::make_shared<Connection>(c, ConnectionSettings{100, 100}, registry_);
+    http_ = std::make_unique<ApiClient>(*conn_, stop_);
   }
+  Credentials& creds() { return conn_->credentials(); }
   // As the kubelet updates a projected volume: the new content appears at once, never half.
   void replaceCa(const std::string& content) {
     auto tmp = ca_.string() + ".tmp";
@@ -487,10 +491,9 @@ class CaRotation : public PublisherFake {
   std::filesystem::path rotated() { return api_->dir() / ("tls-" + node_); }
 
   std::filesystem::path ca_;
-  RateLimiter limiter_{100, 100};
   Stopper stop_;
-  std::unique_ptr<Credentials> creds_;
-  std::unique_ptr<HttpClient> http_;
+  std::shared_ptr<Connection> conn_;
+  std::unique_ptr<ApiClient> http_;
 };
 
 TEST_F(CaRotation, NewCaFileIsUsedWithoutRestart) {
@@ -503,7 +506,7 @@ TEST_F(CaRotation, NewCaFileIsUsedWithoutRestart) {
   replaceCa(slurp(rotated() / "ca.crt"));
   r = get();
   EXPECT_EQ(r.code, 200) << r.error;
-  EXPECT_EQ(creds_->caError(), "");
+  EXPECT_EQ(creds().caError(), "");
 }
 
 TEST_F(CaRotation, GarbageCaFileKeepsTheOldCaUntilItFails) {
@@ -512,10 +515,10 @@ TEST_F(CaRotation, GarbageCaFileKeepsTheOldCaUntilItFails) {
   // The old CA still verifies the server: nothing breaks, but the error is there to see.
   auto r = get();
   EXPECT_EQ(r.code, 200) << r.error;
-  EXPECT_NE(creds_->caError().find("failed to load kubernetes ca " + ca_.string()),
+  EXPECT_NE(creds().caError().find("failed to load kubernetes ca " + ca_.string()),
             std::string::npos)
-      << creds_->caError();
-  EXPECT_NE(creds_->caError().find("not valid base64 DER"), std::string::npos) << creds_->caError();
+      << creds().caError();
+  EXPECT_NE(creds().caError().find("not valid base64 DER"), std::string::npos) << creds().caError();
   // Once the server moves to the new CA, the failure names the refused file.
   api_->rotateTls(rotated());
   r = get();
@@ -529,8 +532,8 @@ TEST_F(CaRotation, GarbageCaFileKeepsTheOldCaUntilItFails) {
 
 TEST_F(CaRotation, GarbageCaFileAtStartIsAClearErrorNotTheSystemCas) {
   replaceCa("this is not a certificate\n");
-  Credentials fresh(creds_->config());
-  HttpClient http(fresh, limiter_, stop_, requestCounter(registry_));
+  Connection fresh(conn_->config(), ConnectionSettings{100, 100}, registry_);
+  ApiClient http(fresh, stop_);
   auto r = http.request("get", "GET", "/api/v1/nodes/" + node_);
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.error.find("no PEM certificate"), std::string::npos) << r.error;
@@ -656,11 +659,11 @@ class ClusterDns : public PublisherFake {
     PublisherFake::SetUp();
     host_.setProcfs(std::string(NODEGATE_FIXTURES) + "/dns/proc-launchers");  // one virt-launcher
   }
-  std::unique_ptr<Publisher> startReading() {
-    auto o = options();
-    o.cluster_dns = board_;
-    o.cluster.refresh = 1s;
-    return start(o);
+  std::unique_ptr<ClusterDnsSource> startReading() {
+    ClusterDnsOptions o;
+    o.refresh = 1s;
+    o.startup_jitter_s = 0;
+    return std::make_unique<ClusterDnsSource>(connection(), o, board_);
   }
   CheckResult probe() {
     DnsPathProbe p(std::make_shared<DnsVerdictBoard>(), board_);  // no tracer: the static check

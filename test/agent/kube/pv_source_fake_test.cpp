@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "fake_api.h"
+#include "kube/kubeconfig.h"
 #include "kube/pv_source.h"
 
 namespace nodegate::kube {
@@ -107,10 +108,10 @@ class ApiPvSourceFake : public ::testing::Test {
     o.page_size = 2;
     o.timeout_s = timeout_s;
     o.max_age_s = max_age_s;
-    o.qps = 100;
-    o.burst = 100;
     o.start_thread = false;
-    return std::make_unique<ApiPvSource>(std::move(client).value(), o, registry_);
+    auto conn = std::make_shared<Connection>(std::move(client).value(),
+                                             ConnectionSettings{100, 100}, registry_);
+    return std::make_unique<ApiPvSource>(std::move(conn), o);
   }
   // The agent's requests since seq, as "METHOD path?query".
   std::vector<std::string> requestsSince(long seq) {
@@ -284,7 +285,8 @@ TEST_F(ApiPvSourceFake, OwnThreadRefreshesAndStopsPromptly) {
   ApiPvOptions o;
   o.node_name = "node-a";
   o.resync = std::chrono::milliseconds(200);
-  auto src = std::make_unique<ApiPvSource>(std::move(client).value(), o, registry_);
+  auto src = std::make_unique<ApiPvSource>(
+      std::make_shared<Connection>(std::move(client).value(), ConnectionSettings{}, registry_), o);
   EXPECT_TRUE(testing::eventually([&] { return static_cast<bool>(src->list(host_, cfg_)); }));
   long seq = api_->lastSeq();
   EXPECT_TRUE(

@@ -1,0 +1,63 @@
+#include "kube/client_config.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "kube/kubeconfig.h"
+
+namespace nodegate::kube {
+
+Result<std::string> readCredentialFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return errnoError(errno, "read " + what + " " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool inClusterAvailable(const std::string& sa_dir) {
+  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+  const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+  struct stat st {};
+  return host && *host && port && *port && ::stat((sa_dir + "/token").c_str(), &st) == 0;
+}
+
+Result<ClientConfig> loadInCluster(const std::string& sa_dir) {
+  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+  const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+  if (!host || !*host || !port || !*port)
+    return Error{ENOENT,
+                 "failed to load in-cluster config: KUBERNETES_SERVICE_HOST/PORT are not set"};
+  ClientConfig c;
+  std::string h = host;
+  if (h.find(':') != std::string::npos) h = "[" + h + "]";  // IPv6 service address
+  c.server = "https://" + h + ":" + port;
+  c.token_file = sa_dir + "/token";
+  c.ca_file = sa_dir + "/ca.crt";
+  c.source = "in-cluster";
+  for (const auto& f : {c.token_file, c.ca_file}) {
+    struct stat st {};
+    if (::stat(f.c_str(), &st) != 0) return errnoError(errno, "load in-cluster config: " + f);
+  }
+  return c;
+}
+
+Result<ClientConfig> loadClientConfig(const std::string& mode, const std::string& kubeconfig) {
+  if (mode == "none") return Error{EINVAL, "--kube none"};
+  if (mode == "incluster" || (mode == "auto" && inClusterAvailable())) return loadInCluster();
+  if (mode == "kubeconfig" || (mode == "auto" && !kubeconfig.empty())) {
+    std::string path = kubeconfig;
+    if (path.empty())
+      if (const char* env = std::getenv("KUBECONFIG"); env && *env) path = env;
+    if (path.empty()) return Error{EINVAL, "--kube kubeconfig needs --kubeconfig FILE"};
+    return loadKubeconfig(path);
+  }
+  return Error{
+      ENOENT,
+      "failed to find kubernetes credentials: no in-cluster service account and no --kubeconfig"};
+}
+
+}  // namespace nodegate::kube

@@ -1,0 +1,40 @@
+// Where the API server is and how to authenticate to it: the in-cluster service account or a
+// kubeconfig (kube/kubeconfig.h), chosen by --kube and --kubeconfig. Loaded once per process
+// (the composition root builds one kube::Connection from it).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "nodegate/result.h"
+
+namespace nodegate::kube {
+
+// Where the service-account token, CA and namespace live inside a pod.
+inline constexpr const char* kServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+struct ClientConfig {
+  std::string server;   // https://host:port, no trailing slash
+  std::string ca_file;  // reloaded when it changes
+  std::string ca_pem;   // inline CA (kubeconfig certificate-authority-data)
+  bool insecure = false;
+  std::string token;                // static bearer token
+  std::string token_file;           // re-read periodically and on 401 (bound tokens rotate)
+  std::string cert_file, key_file;  // client certificate auth
+  std::string cert_pem, key_pem;
+  std::string source;  // "in-cluster" or "kubeconfig <path> context <name>", for logs
+};
+
+// In-cluster: $KUBERNETES_SERVICE_HOST/PORT plus the token and CA under sa_dir.
+bool inClusterAvailable(const std::string& sa_dir = kServiceAccountDir);
+Result<ClientConfig> loadInCluster(const std::string& sa_dir = kServiceAccountDir);
+
+// The credentials --kube MODE and --kubeconfig FILE select (auto: in-cluster when available,
+// else the kubeconfig; kubeconfig mode falls back to $KUBECONFIG).
+Result<ClientConfig> loadClientConfig(const std::string& mode, const std::string& kubeconfig);
+
+// Reads one of the files credentials come from (kubeconfig, token, CA, client certificate or
+// key); `what` names it in the error.
+Result<std::string> readCredentialFile(const std::string& path, const std::string& what);
+
+}  // namespace nodegate::kube

@@ -1,0 +1,60 @@
+// What the publisher's threads share: the latest snapshot to publish and the newest copy of the
+// Node seen (from a GET, the watch, or the answer to our own write). The reconciler takes work
+// from here; the watcher and the reconciler offer Nodes. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "nodegate/snapshot.h"
+
+namespace nodegate::kube {
+
+// resourceVersions are opaque to clients, but every server in practice (etcd revisions, and
+// our fake) issues increasing integers; when both parse, an older one is never adopted.
+bool newerRv(const std::string& a, const std::string& b);
+std::string rvOf(const nlohmann::json& obj);
+std::string uidOf(const nlohmann::json& obj);
+// A JSON object from a response body or a watch line; nullopt for anything else.
+std::optional<nlohmann::json> parseObject(std::string_view text);
+
+class NodeCache {
+ public:
+  using SteadyClock = std::chrono::steady_clock;
+
+  void setSnapshot(const Snapshot& snapshot);
+  // Adopts a Node seen in a response, a relist or a watch event unless it is no newer than
+  // what we hold or than what we wrote ourselves: a stale copy (a watch event delivered late,
+  // a GET answered before our PATCH landed) would otherwise make us "repair" our own write.
+  // A different uid is a Node deleted and created again, always adopted. Wakes the reconciler.
+  void offer(const nlohmann::json& node);
+  // The answer to our own write: already reconciled, so kept without waking the reconciler.
+  void adoptWritten(const nlohmann::json& node);
+
+  struct Work {
+    Snapshot snapshot;
+    nlohmann::json node;
+  };
+  // Waits until a snapshot and a Node are both known and either changed since the last take,
+  // or `force` holds, or `until` passes (which forces). nullopt once stop() was called.
+  std::optional<Work> take(SteadyClock::time_point until, bool force);
+  void stop();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::optional<Snapshot> latest_;
+  bool snapshot_dirty_ = false;
+  std::optional<nlohmann::json> node_;
+  bool node_dirty_ = false;
+  std::string written_rv_;  // newest resourceVersion our own writes produced
+};
+
+}  // namespace nodegate::kube
