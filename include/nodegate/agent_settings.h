@@ -19,7 +19,7 @@ inline const SettingSpec kKubeStartupJitterSetting =
     numberSetting(kKubeSection, "startup_jitter_seconds", 2, 0, 600,
                   "random delay before the first write, spreading a fleet restart, seconds");
 inline const SettingSpec kKubeWatchTimeoutSetting =
-    numberSetting(kKubeSection, "watch_timeout_seconds", 300, 10, 3600,
+    numberSetting(kKubeSection, "watch_timeout_seconds", 300, 1, 3600,
                   "length of one Node watch, jittered up to +50 %, seconds");
 inline const SettingSpec kKubeEventNamespaceSetting = textSetting(
     kKubeSection, "event_namespace", "default", "namespace of the Events it writes", {}, 63);
