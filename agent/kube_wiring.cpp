@@ -97,7 +97,8 @@ Result<KubeSide> startKubeSide(const Options& opts, const KubeSettings& settings
   side.publisher = kube::startPublisher(side.connection, settings.publisher);
   if (settings.pv_discovery) {
     log::info("local-pv api discovery on",
-              {{"server", side.connection->config().server}, {"node", opts.node_name}});
+              {{"server", kube::redactedUrl(side.connection->config().server)},
+               {"node", opts.node_name}});
     side.api_pvs = std::make_shared<kube::ApiPvSource>(side.connection, settings.pvs);
   }
   side.cluster_dns =

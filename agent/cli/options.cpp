@@ -9,6 +9,7 @@
 
 #include "lvm_report.h"
 #include "nodegate/registry.h"
+#include "publish/kube/node_state.h"
 
 namespace nodegate {
 namespace {
@@ -175,7 +176,8 @@ std::map<std::string, Setter> valuedFlags(Options& o) {
       {"--prefix", str(&o.prefix)},
       {"--gate-label",
        [&o](const std::string& v) -> Result<void> {
-         if (v.empty() || v.find('=') == 0) return usageError("--gate-label wants KEY=VALUE");
+         if (v.find('=') == std::string::npos || v.front() == '=')
+           return usageError("invalid value \"" + v + "\" for --gate-label: want KEY=VALUE");
          o.gate_label = v;
          o.gate_label_set = true;
          return {};
@@ -258,6 +260,9 @@ Result<Options> parseOptions(int argc, char** argv) {
   if (o.command != "check" && o.command != "agent" && o.command != "dns" &&
       o.command != "version" && o.command != "help")
     return usageError("unknown command \"" + o.command + "\"");
+  // Label syntax is checked here, not by the API server: a 422 on every write would leave the
+  // agent running, healthy-looking and publishing nothing.
+  if (auto r = kube::checkLabelFlags(o.prefix, o.gateLabel()); !r) return r.error();
   if (o.node_name.empty()) {
     if (const char* env = std::getenv("NODE_NAME"); env && *env) {
       o.node_name = env;

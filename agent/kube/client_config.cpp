@@ -18,6 +18,18 @@ Result<std::string> readCredentialFile(const std::string& path, const std::strin
   return ss.str();
 }
 
+std::string redactedUrl(const std::string& url) {
+  auto scheme = url.find("://");
+  std::size_t start = scheme == std::string::npos ? 0 : scheme + 3;
+  // The authority ends at the first '/', '?' or '#'; user information is what precedes its
+  // last '@' (a password may itself contain '@' when it was not percent-encoded).
+  auto end = url.find_first_of("/?#", start);
+  if (end == std::string::npos) end = url.size();
+  auto at = url.rfind('@', end == 0 ? 0 : end - 1);
+  if (at == std::string::npos || at < start) return url;
+  return url.substr(0, start) + "REDACTED@" + url.substr(at + 1);
+}
+
 bool inClusterAvailable(const std::string& sa_dir) {
   const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
   const char* port = std::getenv("KUBERNETES_SERVICE_PORT");

@@ -25,6 +25,10 @@ struct ClientConfig {
   std::string source;  // "in-cluster" or "kubeconfig <path> context <name>", for logs
 };
 
+// `url` with the user information (https://user:password@host) masked: what logs, evidence and
+// errors show of a server URL.
+std::string redactedUrl(const std::string& url);
+
 // In-cluster: $KUBERNETES_SERVICE_HOST/PORT plus the token and CA under sa_dir.
 bool inClusterAvailable(const std::string& sa_dir = kServiceAccountDir);
 Result<ClientConfig> loadInCluster(const std::string& sa_dir = kServiceAccountDir);

@@ -367,8 +367,9 @@ Result<PvListing> ApiPvSource::listPinned(const NodeIdentity& node) {
   std::string note;
   resolveClaims(&pinned, uids, rvs, &note);
   PvListing out;
-  out.detail = conn_->config().server + ": " + std::to_string(items) + " PersistentVolumes in " +
-               std::to_string(pages) + (pages == 1 ? " page" : " pages") + " at resourceVersion " +
+  out.detail = redactedUrl(conn_->config().server) + ": " + std::to_string(items) +
+               " PersistentVolumes in " + std::to_string(pages) +
+               (pages == 1 ? " page" : " pages") + " at resourceVersion " +
                (list_rv.empty() ? "?" : list_rv) + ", " + std::to_string(pinned.size()) +
                " pinned to " + node.name;
   if (skipped)

@@ -14,7 +14,9 @@ watch from a compacted resourceVersion gets a 410 ERROR event, status writes ign
 metadata and main-resource writes ignore status.
 
 Test control lives under /fake/ (no auth): fault injection, tokens, compaction, the request log,
-watch events injected as given, certificate rotation, and a reset between test cases.
+watch events injected as given, certificate rotation, an etcd backup and its restore (every
+resourceVersion goes back to the backup's; a watch from a newer one gets 504 "Too large resource
+version" as from the real watch cache), and a reset between test cases.
 Python 3 standard library only.
 """
 
@@ -315,6 +317,7 @@ class State:
         self.bookmark_interval = bookmark_interval
         self.injected = {}  # node name -> watch events to deliver as they are (stale ones, for tests)
         self.initial_tokens, self.initial_nodes = {}, []  # what /fake/reset goes back to
+        self.backup = ({}, {}, self.rv)  # /fake/backup's snapshot
 
     def next_rv(self):
         self.rv += 1
@@ -1069,6 +1072,25 @@ class Handler(BaseHTTPRequestHandler):
                                                           first),
                            cond=st.lock, api_version=gv)
 
+    def _refuse_future_rv(self, rv_param, cond):
+        """The watch cache waits up to 3 s for a resourceVersion it has not reached, then answers
+        504 Timeout with cause ResourceVersionTooLarge (apiserver storage/cacher; client-go's
+        reflector relists on it). After an etcd restore every client's version is ahead."""
+        st = self.server.state
+        try:
+            want = int(rv_param or 0)
+        except ValueError:
+            return
+        end = time.time() + 3.0
+        with st.lock:
+            while want > st.rv and time.time() < end:
+                cond.wait(max(0.0, min(0.2, end - time.time())))
+            if want > st.rv:
+                raise ApiError(504, "Timeout", "Too large resource version: %d, current: %d" % (want, st.rv),
+                               {"causes": [{"reason": "ResourceVersionTooLarge",
+                                            "message": "Too large resource version"}],
+                                "retryAfterSeconds": 1})
+
     def _stream_watch(self, query, kind, match, current, since, table_of, cond, injected_for=None,
                       api_version="v1"):
         """A watch as the API server streams it: the current objects as ADDED when no
@@ -1081,6 +1103,7 @@ class Handler(BaseHTTPRequestHandler):
         timeout = float(query.get("timeoutSeconds") or 1800)
         deadline = time.time() + timeout
         rv_param = query.get("resourceVersion", "")
+        self._refuse_future_rv(rv_param, cond)
 
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -1387,6 +1410,22 @@ class Handler(BaseHTTPRequestHandler):
             if path == "/fake/compact" and m == "POST":
                 st.forget_history()
                 return self._send_json(200, {"oldest_rv": st.oldest_rv})
+            if path == "/fake/backup" and m == "POST":
+                # An etcd snapshot: the objects and the revision as they are now.
+                st.backup = (copy.deepcopy(st.nodes), copy.deepcopy(st.objects), st.rv)
+                return self._send_json(200, {"rv": st.rv})
+            if path == "/fake/restore" and m == "POST":
+                # etcd restored from the backup and the API server restarted on it: objects and
+                # revision go back (written since is lost), the watch history starts over and
+                # every open watch is dropped.
+                nodes, objects, rv = st.backup
+                st.nodes, st.objects = copy.deepcopy(nodes), copy.deepcopy(objects)
+                st.rv = rv
+                st.oldest_rv = rv
+                st.history, st.history_rvs, st.obj_history, st.obj_history_rvs = [], [], [], []
+                st.watch_generation += 1
+                st.wake_all()
+                return self._send_json(200, {"rv": st.rv})
             if path == "/fake/drop-watches" and m == "POST":
                 st.watch_generation += 1
                 st.wake_all()

@@ -90,15 +90,21 @@ class FakeApi:
         return self.call("DELETE", "/fake/faults")
 
     def close(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc, 5)
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def stop(proc, grace):
+    """SIGTERM, then SIGKILL after `grace` seconds; a process that already ended is left as is."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def to_yaml(v, indent=0):

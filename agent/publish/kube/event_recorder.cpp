@@ -26,7 +26,16 @@ std::string EventRecorder::eventsPath() const {
 }
 
 void EventRecorder::queue(const std::vector<Transition>& changes, Clock::time_point at) {
-  for (const auto& t : changes) pending_.push_back({t, at, 0});
+  for (const auto& t : changes)
+    pending_.push_back({t.to.type + "|" + t.to.status + "|" + t.to.reason, "CheckStatus",
+                        t.to.reason, t.to.status == "True" ? "Normal" : "Warning",
+                        t.to.type + " is " + t.to.status + ": " + t.to.message, at, 0});
+}
+
+void EventRecorder::queueWarning(const std::string& reason, const std::string& note,
+                                 Clock::time_point at) {
+  pending_.push_back(
+      {"warning|" + reason + "|" + note, "PublishLabels", reason, "Warning", note, at, 0});
 }
 
 std::optional<HttpResponse> EventRecorder::flush(const json& node) {
@@ -39,7 +48,7 @@ std::optional<HttpResponse> EventRecorder::flush(const json& node) {
     }
     if (++e.attempts >= kMaxEventAttempts) {
       log::warn("failed to post event, dropping it",
-                {{"node", s_.node_name}, {"condition", e.t.to.type}, {"error", describe(r)}});
+                {{"node", s_.node_name}, {"reason", e.reason}, {"error", describe(r)}});
       pending_.pop_front();
       continue;
     }
@@ -49,8 +58,7 @@ std::optional<HttpResponse> EventRecorder::flush(const json& node) {
 }
 
 HttpResponse EventRecorder::post(const Pending& e, const json& node) {
-  const Transition& t = e.t;
-  std::string key = t.to.type + "|" + t.to.status + "|" + t.to.reason;
+  const std::string& key = e.series_key;
   auto now = Clock::now();
   if (auto it = series_.find(key); it != series_.end() && now - it->second.last < kSeriesWindow) {
     json patch = {
@@ -77,10 +85,10 @@ HttpResponse EventRecorder::post(const Pending& e, const json& node) {
       {"eventTime", microTime(e.at)},
       {"reportingController", s_.prefix + "/agent"},
       {"reportingInstance", (s_.prefix + "/agent-" + s_.node_name).substr(0, 128)},
-      {"action", "CheckStatus"},
-      {"reason", t.to.reason},
-      {"type", t.to.status == "True" ? "Normal" : "Warning"},
-      {"note", (t.to.type + " is " + t.to.status + ": " + t.to.message).substr(0, 1024)},
+      {"action", e.action},
+      {"reason", e.reason},
+      {"type", e.type},
+      {"note", e.note.substr(0, 1024)},
       {"regarding",
        {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", s_.node_name}, {"uid", uidOf(node)}}},
   };

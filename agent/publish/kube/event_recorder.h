@@ -29,12 +29,16 @@ class EventRecorder {
   EventRecorder(ApiClient& api, EventSettings settings) : api_(api), s_(std::move(settings)) {}
 
   void queue(const std::vector<Transition>& changes, Clock::time_point at);
+  // A Warning about the Node that is not a condition transition (a label nodegate refuses to
+  // touch); `reason` is CamelCase, `note` one line.
+  void queueWarning(const std::string& reason, const std::string& note, Clock::time_point at);
   // Posts what is queued about `node`. The failed answer when the caller should retry later.
   std::optional<HttpResponse> flush(const nlohmann::json& node);
 
  private:
   struct Pending {
-    Transition t;
+    std::string series_key;  // repeats of the same key fold into one event's series
+    std::string action, reason, type, note;
     Clock::time_point at;
     int attempts;
   };
@@ -49,7 +53,7 @@ class EventRecorder {
   ApiClient& api_;
   EventSettings s_;
   std::deque<Pending> pending_;
-  std::map<std::string, Series> series_;  // condition|status|reason -> its event
+  std::map<std::string, Series> series_;  // Pending::series_key -> its event
 };
 
 }  // namespace nodegate::kube

@@ -32,7 +32,7 @@ class KubePublisher final : public Publisher {
     startup_delay_ =
         std::uniform_real_distribution<double>(0, std::max(0.0, o_.startup_jitter_s))(rng_);
     const std::uint64_t watch_seed = rng_();
-    log::info("kubernetes publisher started", {{"server", conn_->config().server},
+    log::info("kubernetes publisher started", {{"server", redactedUrl(conn_->config().server)},
                                                {"source", conn_->config().source},
                                                {"node", o_.publish.node_name}});
     reconciler_ = std::thread([this] { reconcileLoop(); });
@@ -142,8 +142,24 @@ class KubePublisher final : public Publisher {
     return std::nullopt;
   }
 
+  // Labels we refuse to touch are reported once per new situation (log and a Warning event),
+  // not at every reconcile.
+  void reportOwnership(const json& node) {
+    std::string seen;
+    auto problems = ownership(node, o_.publish).problems(o_.publish);
+    for (const auto& p : problems) seen += p.note + "\n";
+    if (seen == reported_ownership_) return;
+    reported_ownership_ = seen;
+    for (const auto& p : problems) {
+      log::warn("failed to own label: " + p.note,
+                {{"node", o_.publish.node_name}, {"reason", p.reason}});
+      events_.queueWarning(p.reason, p.note, Clock::now());
+    }
+  }
+
   Next reconcileOnce(const Snapshot& snap, json node) {
     const Desired want = desiredState(snap, o_.publish);
+    reportOwnership(node);
     if (auto retry = writeMetadata(want, &node)) return *retry;
     if (auto retry = writeStatus(want, &node)) return *retry;
     if (auto r = events_.flush(node)) return failed(*r, "post event for " + o_.publish.node_name);
@@ -166,6 +182,7 @@ class KubePublisher final : public Publisher {
   NodeCache cache_;
   std::chrono::seconds heartbeat_{0};
   double startup_delay_ = 0;
+  std::string reported_ownership_;  // reconcile thread only
   std::thread reconciler_;
   std::unique_ptr<NodeWatcher> watcher_;
 };

@@ -60,11 +60,23 @@ void NodeCache::offer(const json& node) {
   cv_.notify_all();
 }
 
+void NodeCache::reset(const json& node) {
+  {
+    std::lock_guard lk(mu_);
+    node_ = node;
+    written_rv_.clear();
+    node_dirty_ = true;
+  }
+  cv_.notify_all();
+}
+
 void NodeCache::adoptWritten(const json& node) {
   std::lock_guard lk(mu_);
   std::string rv = rvOf(node);
+  const bool same_node = node_ && uidOf(node) == uidOf(*node_);
+  if (!same_node) written_rv_.clear();
   if (!rv.empty() && newerRv(rv, written_rv_)) written_rv_ = rv;
-  if (!node_ || newerRv(rv, rvOf(*node_))) node_ = node;
+  if (!same_node || newerRv(rv, rvOf(*node_))) node_ = node;
 }
 
 std::optional<NodeCache::Work> NodeCache::take(SteadyClock::time_point until, bool force) {

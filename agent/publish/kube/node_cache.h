@@ -34,6 +34,10 @@ class NodeCache {
   // a GET answered before our PATCH landed) would otherwise make us "repair" our own write.
   // A different uid is a Node deleted and created again, always adopted. Wakes the reconciler.
   void offer(const nlohmann::json& node);
+  // The Node as a fresh GET shows it after the server went back in time (restored etcd,
+  // resourceVersion lower than before) or the Node was recreated: adopted whatever we held or
+  // wrote, and the reconciler woken.
+  void reset(const nlohmann::json& node);
   // The answer to our own write: already reconciled, so kept without waking the reconciler.
   void adoptWritten(const nlohmann::json& node);
 

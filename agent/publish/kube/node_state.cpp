@@ -183,6 +183,111 @@ bool validLabelName(const std::string& name) {
                      [](char c) { return alnum(c) || c == '-' || c == '_' || c == '.'; });
 }
 
+namespace {
+
+// RFC 1123 subdomain as Kubernetes checks it: lowercase alphanumerics, '-' and '.', each
+// dot-separated part starting and ending alphanumeric, 253 characters at most.
+bool validSubdomain(const std::string& s) {
+  if (s.empty() || s.size() > 253) return false;
+  std::size_t start = 0;
+  for (;;) {
+    auto dot = s.find('.', start);
+    std::string part = s.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    auto lower_alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+    if (part.empty() || !lower_alnum(part.front()) || !lower_alnum(part.back())) return false;
+    if (!std::all_of(part.begin(), part.end(), [&](char c) { return lower_alnum(c) || c == '-'; }))
+      return false;
+    if (dot == std::string::npos) return true;
+    start = dot + 1;
+  }
+}
+
+bool underDomain(const std::string& key, const std::string& prefix) {
+  return key.size() > prefix.size() + 1 && key.compare(0, prefix.size(), prefix) == 0 &&
+         key[prefix.size()] == '/';
+}
+
+}  // namespace
+
+bool validLabelKey(const std::string& key) {
+  auto slash = key.find('/');
+  if (slash == std::string::npos) return validLabelName(key);
+  return validSubdomain(key.substr(0, slash)) && validLabelName(key.substr(slash + 1));
+}
+
+bool validLabelValue(const std::string& value) {
+  return value.empty() || validLabelName(value);
+}
+
+bool reservedDomain(const std::string& domain) {
+  for (const std::string d : {"kubernetes.io", "k8s.io", "kubevirt.io"})
+    if (domain == d ||
+        (domain.size() > d.size() && domain.compare(domain.size() - d.size(), d.size(), d) == 0 &&
+         domain[domain.size() - d.size() - 1] == '.'))
+      return true;
+  return false;
+}
+
+Result<void> checkLabelFlags(const std::string& prefix,
+                             const std::pair<std::string, std::string>& gate_label) {
+  auto bad = [](const std::string& flag, const std::string& value, const std::string& why) {
+    return Error{EINVAL, "invalid value \"" + value + "\" for " + flag + ": " + why};
+  };
+  if (!validSubdomain(prefix))
+    return bad("--prefix", prefix,
+               "want a DNS subdomain (lowercase letters, digits, '-' and '.', e.g. nodegate.io)");
+  if (reservedDomain(prefix))
+    return bad("--prefix", prefix,
+               "kubernetes.io, k8s.io and kubevirt.io (and their subdomains) belong to others");
+  const auto& [key, value] = gate_label;
+  const std::string spec = key + "=" + value;
+  if (!validLabelKey(key))
+    return bad("--gate-label", spec,
+               "the key must be a label key ([DNS subdomain/]name, name up to 63 of "
+               "[A-Za-z0-9-_.] starting and ending alphanumeric)");
+  if (!validLabelValue(value))
+    return bad("--gate-label", spec,
+               "the value must be empty or up to 63 of [A-Za-z0-9-_.] starting and ending "
+               "alphanumeric");
+  if (auto slash = key.find('/');
+      slash != std::string::npos && reservedDomain(key.substr(0, slash)))
+    return bad("--gate-label", spec,
+               "kubernetes.io, k8s.io and kubevirt.io (and their subdomains) belong to others");
+  return {};
+}
+
+bool ownableLabel(const std::string& key, const PublishSettings& settings) {
+  return key == settings.gate_label.first || underDomain(key, settings.prefix);
+}
+
+Ownership ownership(const json& node, const PublishSettings& settings) {
+  Ownership out;
+  const std::string ann_key = ownedLabelsAnnotation(settings.prefix);
+  for (auto& k : splitKeys(stringAt(node, {"metadata", "annotations", ann_key.c_str()})))
+    (ownableLabel(k, settings) ? out.owned : out.ignored).insert(k);
+  const auto labels = stringMap(node, {"metadata", "labels"});
+  out.gate_label_foreign =
+      labels.count(settings.gate_label.first) && !out.owned.count(settings.gate_label.first);
+  return out;
+}
+
+std::vector<Ownership::Problem> Ownership::problems(const PublishSettings& settings) const {
+  std::vector<Problem> out;
+  if (!ignored.empty()) {
+    std::string keys;
+    for (const auto& k : ignored) keys += (keys.empty() ? "" : ",") + k;
+    out.push_back({"OwnedLabelsIgnored", "annotation " + ownedLabelsAnnotation(settings.prefix) +
+                                             " names labels outside what nodegate may own (" +
+                                             keys + "): ignored, never changed"});
+  }
+  if (gate_label_foreign)
+    out.push_back({"GateLabelNotOwned",
+                   "gate label " + settings.gate_label.first +
+                       " is on the node but nodegate did not write it: left alone and the gate "
+                       "is not published (remove the label or choose another --gate-label)"});
+  return out;
+}
+
 Desired desiredState(const Snapshot& snap, const PublishSettings& settings) {
   Desired d;
   for (const auto& c : snap.checks)
@@ -209,19 +314,21 @@ std::optional<json> nodePatch(const Desired& want, const json& node,
   const auto labels = stringMap(node, {"metadata", "labels"});
   const std::string ann_key = ownedLabelsAnnotation(settings.prefix);
   const std::string owned_text = stringAt(node, {"metadata", "annotations", ann_key.c_str()});
-  const auto owned = splitKeys(owned_text);
+  const Ownership own = ownership(node, settings);
 
+  std::map<std::string, std::string> writing = want.labels;
+  if (own.gate_label_foreign) writing.erase(settings.gate_label.first);
   json lp = json::object();
-  for (const auto& [k, v] : want.labels) {
+  for (const auto& [k, v] : writing) {
     auto it = labels.find(k);
     if (it == labels.end() || it->second != v) lp[k] = v;
   }
   // Only keys we recorded as ours may be removed: another writer's label under our prefix
   // is not in the annotation and stays.
-  for (const auto& k : owned)
-    if (!want.labels.count(k) && labels.count(k)) lp[k] = nullptr;
+  for (const auto& k : own.owned)
+    if (!writing.count(k) && labels.count(k)) lp[k] = nullptr;
   if (!lp.empty()) patch["metadata"]["labels"] = lp;
-  const std::string new_owned = joinKeys(want.labels);
+  const std::string new_owned = joinKeys(writing);
   if (new_owned != owned_text) patch["metadata"]["annotations"][ann_key] = new_owned;
 
   // nodegate owns one taint, <prefix>/not-ready:NoSchedule (taints are identified by key and

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nodegate/result.h"
 #include "nodegate/snapshot.h"
 
 namespace nodegate::kube {
@@ -55,13 +56,44 @@ std::string taintKey(const std::string& prefix);               // "<prefix>/not-
 // both ends); probes report free text such as "arm64", so anything else is folded to '-'.
 std::string sanitizeLabelValue(const std::string& value);
 bool validLabelName(const std::string& name);
+// The API server's syntax for a label key ([DNS-1123 subdomain "/"] name) and value (empty or a
+// name), as apimachinery's IsQualifiedName and IsValidLabelValue check them.
+bool validLabelKey(const std::string& key);
+bool validLabelValue(const std::string& value);
+// Domains whose labels belong to others (Kubernetes, KubeVirt; DESIGN.md): nodegate never takes
+// one, or a subdomain of one, as its prefix or its gate label's domain.
+bool reservedDomain(const std::string& domain);
+// --prefix and --gate-label (key and value already split) checked at start; the error names the
+// flag and the value, so a typo stops the agent instead of earning 422 answers forever.
+Result<void> checkLabelFlags(const std::string& prefix,
+                             const std::pair<std::string, std::string>& gate_label);
+
+// The labels nodegate may own: those under its prefix, and its gate label. The ownership
+// annotation is written by us but editable by anyone who may annotate the Node, so nothing it
+// names outside these is ever touched.
+bool ownableLabel(const std::string& key, const PublishSettings& settings);
+
+// What the Node says about the labels nodegate may write.
+struct Ownership {
+  std::set<std::string> owned;      // in the annotation and ownable: ours to change or remove
+  std::set<std::string> ignored;    // in the annotation but not ownable: never touched
+  bool gate_label_foreign = false;  // the gate label is on the Node and we did not write it
+  struct Problem {
+    std::string reason;  // CamelCase, the event's reason
+    std::string note;    // one line for the log and the event
+  };
+  std::vector<Problem> problems(const PublishSettings& settings) const;
+};
+Ownership ownership(const nlohmann::json& node, const PublishSettings& settings);
 
 Desired desiredState(const Snapshot& snap, const PublishSettings& settings);
 
 // JSON merge patch for /api/v1/nodes/<name>: labels plus the ownership annotation, and, only
 // when the taint must change, spec.taints with metadata.resourceVersion as the precondition
 // (taints have no merge key, so the whole list is written and must not race another writer).
-// nullopt: the Node already shows what we want.
+// Only ownable labels are written or removed (ownership()): an annotation key we may not own is
+// dropped from the annotation and its label left as it is; a foreign gate label is neither
+// written, removed nor recorded. nullopt: the Node already shows what we want.
 std::optional<nlohmann::json> nodePatch(const Desired& want, const nlohmann::json& node,
                                         const PublishSettings& settings);
 

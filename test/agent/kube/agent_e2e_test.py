@@ -21,7 +21,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "fakeapi"))
-from harness import FakeApi, eventually, free_port  # noqa: E402
+from harness import FakeApi, eventually, free_port, stop  # noqa: E402
 
 NODE = "e2e-node"
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
@@ -70,13 +70,7 @@ class AgentE2E(unittest.TestCase):
 
     @classmethod
     def stop_agent(cls):
-        if cls.agent and cls.agent.poll() is None:
-            cls.agent.send_signal(signal.SIGTERM)
-            try:
-                cls.agent.wait(10)
-            except subprocess.TimeoutExpired:
-                cls.agent.kill()
-                cls.agent.wait()
+        stop(cls.agent, 10)
         cls.agent = None
 
     def set_vmx(self, present):

@@ -137,6 +137,15 @@ users:
 
 std::string pemOf(const std::string& der);
 
+TEST(RedactedUrl, MasksUserInformationOnly) {
+  EXPECT_EQ(redactedUrl("https://user:pw@10.0.0.1:6443"), "https://REDACTED@10.0.0.1:6443");
+  EXPECT_EQ(redactedUrl("https://user:p@ss@host/path?x=a@b"), "https://REDACTED@host/path?x=a@b");
+  EXPECT_EQ(redactedUrl("https://token@[fd00::1]:6443/"), "https://REDACTED@[fd00::1]:6443/");
+  EXPECT_EQ(redactedUrl("https://10.0.0.1:6443"), "https://10.0.0.1:6443");
+  EXPECT_EQ(redactedUrl("https://host/a@b"), "https://host/a@b");
+  EXPECT_EQ(redactedUrl(""), "");
+}
+
 TEST(InCluster, ReadsEnvAndServiceAccountDir) {
   auto dir =
       std::filesystem::temp_directory_path() / ("nodegate-kube-sa-" + std::to_string(::getpid()));

@@ -167,6 +167,102 @@ TEST(NodePatch, RemovesOnlyOwnedStaleLabels) {
             std::string::npos);
 }
 
+TEST(NodePatch, AnnotationNamingForeignLabelsNeverRemovesThem) {
+  auto s = healthy();
+  s.gate_open = false;
+  auto want = desiredState(s, settings());
+  json labels = {{"kubernetes.io/hostname", "n1"},
+                 {"team", "storage"},
+                 {"kubevirt.io/schedulable", "true"},
+                 {"nodegate.io/old", "x"}};
+  json ann = {{"nodegate.io/owned-labels",
+               "kubernetes.io/hostname,team,kubevirt.io/schedulable,nodegate.io/old,"
+               "nodegate.io.evil/x"}};
+  const json n = node(labels, ann);
+  auto own = ownership(n, settings());
+  EXPECT_EQ(own.owned, (std::set<std::string>{"nodegate.io/old"}));
+  EXPECT_EQ(own.ignored, (std::set<std::string>{"kubernetes.io/hostname", "team",
+                                                "kubevirt.io/schedulable", "nodegate.io.evil/x"}));
+  ASSERT_EQ(own.problems(settings()).size(), 1u);
+  EXPECT_EQ(own.problems(settings())[0].reason, "OwnedLabelsIgnored");
+  auto p = nodePatch(want, n, settings());
+  ASSERT_TRUE(p);
+  const auto& lp = (*p)["metadata"]["labels"];
+  EXPECT_TRUE(lp["nodegate.io/old"].is_null());
+  for (const char* k : {"kubernetes.io/hostname", "team", "kubevirt.io/schedulable"})
+    EXPECT_FALSE(lp.contains(k)) << k;
+  // The annotation is rewritten with what we own only.
+  std::string owned = (*p)["metadata"]["annotations"]["nodegate.io/owned-labels"];
+  EXPECT_EQ(owned.find("team"), std::string::npos);
+  EXPECT_EQ(owned.find("kubernetes.io"), std::string::npos);
+}
+
+TEST(NodePatch, ForeignGateLabelIsNeitherWrittenNorRemoved) {
+  auto ps = settings();
+  ps.gate_label = {"team", "storage"};
+  for (bool open : {true, false}) {
+    auto s = healthy();
+    s.gate_open = open;
+    auto want = desiredState(s, ps);
+    const json n = node({{"team", "other"}});
+    auto own = ownership(n, ps);
+    EXPECT_TRUE(own.gate_label_foreign);
+    ASSERT_EQ(own.problems(ps).size(), 1u);
+    EXPECT_EQ(own.problems(ps)[0].reason, "GateLabelNotOwned");
+    auto p = nodePatch(want, n, ps);
+    ASSERT_TRUE(p);
+    EXPECT_FALSE((*p)["metadata"]["labels"].contains("team")) << open;
+    std::string owned = (*p)["metadata"]["annotations"]["nodegate.io/owned-labels"];
+    EXPECT_EQ(owned.find("team"), std::string::npos);
+  }
+  // Written by us (recorded in the annotation): ours to remove when the gate closes.
+  auto s = healthy();
+  s.gate_open = false;
+  const json mine = node({{"team", "storage"}}, {{"nodegate.io/owned-labels", "team"}});
+  EXPECT_FALSE(ownership(mine, ps).gate_label_foreign);
+  auto p = nodePatch(desiredState(s, ps), mine, ps);
+  ASSERT_TRUE(p);
+  EXPECT_TRUE((*p)["metadata"]["labels"]["team"].is_null());
+}
+
+TEST(Labels, FlagSyntaxAsTheApiServerChecksIt) {
+  const std::pair<std::string, std::string> gate{"nodegate.io/vm-ready", "true"};
+  EXPECT_TRUE(checkLabelFlags("nodegate.io", gate));
+  EXPECT_TRUE(checkLabelFlags("gate.example.com", {"example.com/vms", "yes"}));
+  EXPECT_TRUE(checkLabelFlags("nodegate.io", {"team", ""}));
+  const std::vector<std::string> bad_prefixes = {"Bad_Prefix!",
+                                                 "",
+                                                 "kubevirt.io",
+                                                 "node.kubevirt.io",
+                                                 "k8s.io",
+                                                 "node-role.kubernetes.io",
+                                                 "-a.io",
+                                                 "a..b",
+                                                 std::string(254, 'a')};
+  for (const auto& bad : bad_prefixes) {
+    auto r = checkLabelFlags(bad, gate);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message.find("for --prefix"), std::string::npos) << r.error().message;
+  }
+  for (auto [k, v] :
+       std::vector<std::pair<std::string, std::string>>{{"a", "b=c"},
+                                                        {"", "true"},
+                                                        {"Bad_Key!", "true"},
+                                                        {"kubevirt.io/schedulable", "true"},
+                                                        {"x.kubernetes.io/y", "1"},
+                                                        {"ok", std::string(64, 'v')},
+                                                        {"UPPER.io/x", "1"}}) {
+    auto r = checkLabelFlags("nodegate.io", {k, v});
+    ASSERT_FALSE(r) << k << "=" << v;
+    EXPECT_NE(r.error().message.find("\"" + k + "=" + v + "\" for --gate-label"), std::string::npos)
+        << r.error().message;
+  }
+  EXPECT_TRUE(validLabelKey("kubernetes.io/hostname"));
+  EXPECT_FALSE(validLabelKey("a/b/c"));
+  EXPECT_FALSE(reservedDomain("notkubevirt.io"));
+  EXPECT_TRUE(reservedDomain("cpu.node.kubevirt.io"));
+}
+
 TEST(NodePatch, TaintEditsOnlyOwnEntryWithPrecondition) {
   auto s = healthy();
   s.gate_open = false;
