@@ -3,6 +3,7 @@
 #include "nodegate/registry.h"
 
 #include "cgroups.h"
+#include "cpu_level.h"
 #include "cpu_virt.h"
 #include "dns_path.h"
 #include "hugepages.h"
@@ -39,6 +40,7 @@ std::unique_ptr<Probe> make(A&&... args) {
 
 const Entry kEntries[] = {
     {&kCpuVirtSpec, [](Shared&) { return make<CpuVirtProbe>(); }},
+    {&kCpuLevelSpec, [](Shared&) { return make<CpuLevelProbe>(); }},
     {&kKvmDeviceSpec, [](Shared& s) { return make<KvmDeviceProbe>(s.seams.device); }},
     {&kVhostNetSpec, [](Shared& s) { return make<VhostNetProbe>(s.seams.device); }},
     {&kTunSpec, [](Shared& s) { return make<TunProbe>(s.seams.device); }},

@@ -11,7 +11,7 @@ root="$NODEGATE_SRC/test/fixtures/hosts/$scenario"
 golden="$root/expected-cli.json"
 tmp=$(mktemp -d /tmp/nodegate-hostroot-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-checks='["cpu-virt","kvm-device","vhost-net","tun","kernel-modules","nested-virt","iommu","cgroups","hugepages"]'
+checks='["cpu-virt","cpu-level","kvm-device","vhost-net","tun","kernel-modules","nested-virt","iommu","cgroups","hugepages"]'
 
 rc=0
 "$NODEGATE" check --host-root "$root" --output json >"$tmp/out.json" || rc=$?
@@ -19,7 +19,7 @@ rc=0
 jq --arg root "$root" --argjson want "$checks" '
   [.checks[] | select(.check as $c | $want | index($c)) | del(.duration_seconds, .required, .blocks_gate, .runbook_url)]
   | walk(if type == "string" then gsub($root; "$ROOT") else . end)' "$tmp/out.json" >"$tmp/got.json"
-[ "$(jq length "$tmp/got.json")" = 9 ] || { echo "FAIL: not all 9 host checks ran" >&2; exit 1; }
+[ "$(jq length "$tmp/got.json")" = 10 ] || { echo "FAIL: not all 10 host checks ran" >&2; exit 1; }
 if [ -n "${NODEGATE_UPDATE_GOLDEN:-}" ]; then cp "$tmp/got.json" "$golden"; echo "updated $golden"; exit 0; fi
 diff -u "$golden" "$tmp/got.json" || { echo "FAIL: --host-root JSON differs from $golden" >&2; exit 1; }
 

@@ -132,14 +132,16 @@ TEST(ConfigValidation, AFifoConfigIsAnErrorNotAHang) {
 }
 
 TEST(Specs, DefaultGateAndConditionsAreDerivedFromSpecs) {
-  // The default gate and the condition map as they were hard-coded before the specs.
+  // The default gate and the condition map as they were hard-coded before the specs, with
+  // cpu-level feeding VirtualizationReady (not in the default gate).
   EXPECT_EQ(configSchema().defaultRequired(),
             (std::set<std::string>{"cpu-virt", "kvm-device", "tun", "kernel-modules"}));
   EXPECT_EQ(defaultConfig().required, configSchema().defaultRequired());
   std::map<std::string, std::vector<std::string>> got;
   for (auto& [type, checks] : configSchema().conditions()) got[type] = checks;
   std::map<std::string, std::vector<std::string>> want = {
-      {"VirtualizationReady", {"cpu-virt", "kvm-device", "vhost-net", "tun", "kernel-modules"}},
+      {"VirtualizationReady",
+       {"cpu-virt", "cpu-level", "kvm-device", "vhost-net", "tun", "kernel-modules"}},
       {"LocalStorageHealthy", {"lvm", "local-pv"}},
       {"GuestDNSHealthy", {"dns-path"}},
       {"TimeSynchronized", {"time-sync"}},
