@@ -1,6 +1,7 @@
-# The namespace replica of the KubeVirt masquerade DNS path, shared by the end-to-end test and
-# tools/bench/dns_agent_cpu.sh. Source it; it defines names and functions and changes nothing until
-# topo_up runs. Every device lives in namespaces made here: this machine's own netns is untouched.
+# The namespace replica of the KubeVirt masquerade DNS path, shared by the end-to-end tests and
+# the benchmarks (tools/bench/dns_agent_cpu.sh, tools/bench/density.sh). Source it; it defines
+# names and functions and changes nothing until topo_up runs. Every device lives in namespaces made
+# here: this machine's own netns is untouched.
 #
 #   guest netns  eth0 10.0.2.2 ──veth── tap0 ┐
 #   launcher     k6t-eth0 10.0.2.1 (bridge) ─┘  nft ip/ip6 nat postrouting masquerade (KubeVirt's rule)
@@ -11,6 +12,13 @@
 # (A veth stands in for QEMU's tap: a tap only carries frames while a process holds it open.)
 # TOPO_GUEST=tap before topo_up makes tap0 a real tap device for a QEMU guest instead (test/guest:
 # the guest netns stays empty); ports can be set beforehand too.
+#
+# The guest + launcher pair is a replica with an index (replica_up I): replica 0 is the one above
+# ($G, $L, host side hl, pod IP 10.244.1.7, VMI ngdns/vm1), which topo_up makes; replicas 1, 2, …
+# (ngdns-{g,l}<pid>-I, host side hlI, pod IP 10.244.1.7 + I, VMI ngdns/vm-I) share the host,
+# CoreDNS and uplink netns with it, as the launcher pods of one node do. Pod and host side are
+# addressed point to point (the node's 10.244.1.1 on every host-side veth, a /32 route to each
+# pod), the way Calico and Cilium route pods, so any number of them coexist.
 
 ID=$$
 G=ngdns-g$ID L=ngdns-l$ID H=ngdns-h$ID D=ngdns-d$ID U=ngdns-u$ID
@@ -19,13 +27,30 @@ PORT_METRICS=${PORT_METRICS:-19710} PORT_DEBUG=${PORT_DEBUG:-19711}
 API=http://127.0.0.1:$PORT_DEBUG
 TMP=$(mktemp -d /tmp/ngdns.XXXXXX)
 PIDS=()
+declare -gA LAUNCHERS=()  # replica index -> its virt-launcher's pid
 fails=0
+
+# replica_names I: sets RG RL (guest and launcher netns), RHL (host-side veth), RPOD4 RPOD6 (pod
+# addresses) and RVM (the VMI's name) for replica I.
+replica_names() {
+  local i=$1
+  if [ "$i" = 0 ]; then
+    RG=$G RL=$L RHL=hl RVM=vm1
+  else
+    RG=ngdns-g$ID-$i RL=ngdns-l$ID-$i RHL=hl$i RVM=vm-$i
+  fi
+  local n=$((7 + i))
+  RPOD4=10.244.$((1 + n / 256)).$((n % 256))
+  RPOD6=fd00:244:1::$(printf %x $n)
+}
 
 topo_cleanup() {
   set +e
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-  for ns in $G $L $H $D $U; do ip netns del $ns 2>/dev/null; done
+  for ns in $G $L $H $D $U $(ip netns list | awk -v p="^ngdns-[gl]$ID-" '$1 ~ p {print $1}'); do
+    ip netns del $ns 2>/dev/null
+  done
   [ -n "${KEEP:-}" ] || rm -rf "$TMP"
 }
 
@@ -34,37 +59,15 @@ check() {  # check "description" command...
   if "$@"; then echo "ok   - $what"; else echo "FAIL - $what"; fails=$((fails + 1)); fi
 }
 
-topo_up() {
-  for ns in $G $L $H $D $U; do ip netns add $ns; ip -n $ns link set lo up; done
-  if [ "$TOPO_GUEST" = tap ]; then
-    ip -n $L tuntap add dev tap0 mode tap
-  else
-    ip -n $G link add eth0 type veth peer name tap0 netns $L
-  fi
-  ip -n $L link add k6t-eth0 type bridge
-  ip -n $L link set tap0 master k6t-eth0
-  ip -n $L link add eth0 type veth peer name hl netns $H
+# node_up: the netns every replica shares (host, CoreDNS, uplink), without any replica.
+node_up() {
+  for ns in $H $D $U; do ip netns add $ns; ip -n $ns link set lo up; done
   ip -n $H link add hd type veth peer name eth0 netns $D
   # The node's uplink: where the default route leads (the rest of the network, not forwarding).
   ip -n $H link add up0 type veth peer name up1 netns $U
-  for l in "$L tap0" "$L k6t-eth0" "$L eth0" "$H hl" "$H hd" "$H up0" "$U up1" "$D eth0"; do
+  for l in "$H hd" "$H up0" "$U up1" "$D eth0"; do
     ip -n ${l% *} link set ${l#* } up
   done
-  if [ "$TOPO_GUEST" = veth ]; then
-    ip -n $G link set eth0 up
-    ip -n $G addr add 10.0.2.2/24 dev eth0
-    ip -n $G addr add fd10:0:2::2/120 dev eth0 nodad
-    ip -n $G route add default via 10.0.2.1
-    ip -n $G -6 route add default via fd10:0:2::1
-  fi
-  ip -n $L addr add 10.0.2.1/24 dev k6t-eth0
-  ip -n $L addr add fd10:0:2::1/120 dev k6t-eth0 nodad
-  ip -n $L addr add 10.244.1.7/24 dev eth0
-  ip -n $L addr add fd00:244:1::7/64 dev eth0 nodad
-  ip -n $L route add default via 10.244.1.1
-  ip -n $L -6 route add default via fd00:244:1::1
-  ip -n $H addr add 10.244.1.1/24 dev hl
-  ip -n $H addr add fd00:244:1::1/64 dev hl nodad
   ip -n $H addr add 10.244.0.1/24 dev hd
   ip -n $H addr add fd00:244::1/64 dev hd nodad
   ip -n $H addr add 192.0.2.1/24 dev up0
@@ -77,12 +80,58 @@ topo_up() {
   ip -n $D addr add fd00:244::3/64 dev eth0 nodad
   ip -n $D route add default via 10.244.0.1
   ip -n $D -6 route add default via fd00:244::1
-  for ns in $L $H; do
-    ip netns exec $ns sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
-  done
+  ip netns exec $H sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
+}
+# topo_up: the node with replica 0.
+topo_up() {
+  node_up
+  replica_up 0
+}
 
+# replica_up I: the guest and launcher netns of replica I (replica_names), wired to the host netns,
+# with KubeVirt's masquerade rules; no virt-launcher process yet (start_launcher I).
+replica_up() {
+  replica_names "$1"
+  ip netns add $RG
+  ip netns add $RL
+  local tap="link add tap0 type veth peer name eth0 netns $RG"
+  [ "$TOPO_GUEST" = tap ] && tap="tuntap add dev tap0 mode tap"
+  # One ip process per netns (a batch): the density benchmark builds a hundred of these.
+  ip -n $RL -b - <<IP
+link set lo up
+$tap
+link add k6t-eth0 type bridge
+link set tap0 master k6t-eth0
+link add eth0 type veth peer name $RHL netns $H
+link set tap0 up
+link set k6t-eth0 up
+link set eth0 up
+addr add 10.0.2.1/24 dev k6t-eth0
+addr add fd10:0:2::1/120 dev k6t-eth0 nodad
+addr add $RPOD4 peer 10.244.1.1 dev eth0
+addr add $RPOD6 peer fd00:244:1::1 dev eth0 nodad
+route add default via 10.244.1.1
+route add default via fd00:244:1::1 dev eth0 onlink
+IP
+  ip -n $H -b - <<IP
+link set $RHL up
+addr add 10.244.1.1 peer $RPOD4 dev $RHL
+addr add fd00:244:1::1 peer $RPOD6 dev $RHL nodad
+IP
+  if [ "$TOPO_GUEST" = veth ]; then
+    ip -n $RG -b - <<IP
+link set lo up
+link set eth0 up
+addr add 10.0.2.2/24 dev eth0
+addr add fd10:0:2::2/120 dev eth0 nodad
+route add default via 10.0.2.1
+route add default via fd10:0:2::1
+IP
+  else
+    ip -n $RG link set lo up
+  fi
   # KubeVirt's masquerade rules in the launcher netns (nftables, as virt-launcher installs them).
-  ip netns exec $L nft -f - <<NFT
+  ip netns exec $RL sh -c 'sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 && nft -f -' <<NFT
 table ip nat {
   chain prerouting { type nat hook prerouting priority -100; }
   chain postrouting { type nat hook postrouting priority 100; ip saddr 10.0.2.2 counter masquerade; }
@@ -91,6 +140,15 @@ table ip6 nat {
   chain postrouting { type nat hook postrouting priority 100; ip6 saddr fd10:0:2::2 counter masquerade; }
 }
 NFT
+}
+
+# replica_down I: its virt-launcher stopped (the VM ends), then its netns deleted (the pod is gone;
+# the host-side veth goes with the launcher netns once nothing holds that any more).
+replica_down() {
+  stop_launcher "$1"
+  replica_names "$1"
+  ip netns del $RG 2>/dev/null || true
+  ip netns del $RL 2>/dev/null || true
 }
 
 # The service translation on the "host": kube-proxy-like (prerouting and output) or the incident
@@ -129,17 +187,35 @@ start_dnsmasq() {
   for _ in $(seq 50); do ip netns exec $D ss -lun | grep -q '10.244.0.3:53' && return 0; sleep 0.1; done
   echo "FAIL: dnsmasq did not start"; cat $TMP/dnsmasq.log; exit 1
 }
-stop_pid() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null || true; }
+# stop_pid PID: stops one of our processes and forgets it (a pid is reused once it is gone).
+stop_pid() {
+  kill "$1" 2>/dev/null || true  # (gone already: fine, under set -e too)
+  wait "$1" 2>/dev/null || true
+  local p keep=()
+  for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+  PIDS=("${keep[@]}")
+}
 
 
-# A process named virt-launcher in the launcher netns, with the arguments KubeVirt gives it
-# (comm comes from the file name, so a script of that name is one).
+# A process named virt-launcher in the launcher netns of replica I (default 0), with the arguments
+# KubeVirt gives it (comm comes from the file name, so a script of that name is one).
 start_launcher() {
-  # It takes its sleeping child along when stopped, so no orphan outlives the test.
-  printf '#!/bin/sh\nexec 0<&- 1>/dev/null 2>&1\ntrap '"'"'kill $!; exit 0'"'"' TERM INT\nwhile :; do sleep 3600 & wait $!; done\n' > $TMP/virt-launcher
-  chmod +x $TMP/virt-launcher
-  ip netns exec $L $TMP/virt-launcher --qemu-timeout 240s --name vm1 --uid 42 --namespace ngdns &
+  replica_names "${1:-0}"
+  if [ ! -x $TMP/virt-launcher ]; then
+    # It takes its sleeping child along when stopped, so no orphan outlives the test.
+    printf '#!/bin/sh\nexec 0<&- 1>/dev/null 2>&1\ntrap '"'"'kill $!; exit 0'"'"' TERM INT\nwhile :; do sleep 3600 & wait $!; done\n' > $TMP/virt-launcher
+    chmod +x $TMP/virt-launcher
+  fi
+  ip netns exec $RL $TMP/virt-launcher --qemu-timeout 240s --name $RVM --uid 42 --namespace ngdns &
+  LAUNCHERS[${1:-0}]=$!
   PIDS+=($!)
+}
+# stop_launcher I: the VM of replica I ends (its virt-launcher exits).
+stop_launcher() {
+  local pid=${LAUNCHERS[${1:-0}]:-}
+  [ -n "$pid" ] || return 0
+  unset "LAUNCHERS[${1:-0}]"
+  stop_pid "$pid"
 }
 
 # start_tracing_agent: the agent with its tracer on the replica (--kube none; the host and server

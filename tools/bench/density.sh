@@ -1,0 +1,341 @@
+#!/usr/bin/env bash
+# Density (issue 20): what `nodegate agent` costs on a node with many VMs. Launcher replicas of
+# test/agent/dns/topology.sh (each its own guest and launcher netns: tap0 -> k6t-eth0 -> masquerade
+# -> eth0, a veth to the shared host netns, a process named virt-launcher the agent finds), plus
+# BG_PROCS unrelated processes, with the agent in its production defaults (tracer on, --kube none,
+# the host and DNS server netns as --dns-netns). For each size, one agent started on that many VMs:
+#   memory at idle (RSS/USS, smaps_rollup), threads, fds; CPU and wakeups at idle, before and
+#   after DNS load; CPU of one probe cycle; `nodegate check` wall time; DNS load spread evenly
+#   over every guest (tools/bench/dns_blast.c, one socket per guest netns): agent CPU, events,
+#   events lost; BPF memory (bpftool) and tc filters of the agent.
+# At each size, a new launcher's exec -> its 4 hops traced and its exit -> all of them gone (the
+# host veth gone with its netns), LATENCY_REPEATS times, with the agent's CPU per rescan. At the
+# largest size, with that agent still running: CYCLES create/destroy
+# cycles with fds, tc filters, BPF map entries and RSS before and after, and the probe cycle and
+# `nodegate check` again with MANY_PROCS processes on the host. node_exporter runs throughout as
+# the reference footprint. Prints Markdown (tools/bench/density_report.py; docs/benchmarks/density.md
+# keeps the figures).
+#
+# Usage (root; it builds netns and binds ports, so under the suite lock):
+#   flock -o /work/.locks/suite tools/bench/density.sh [BUILD_DIR]
+#   tools/bench/density.sh --check [BUILD_DIR]   the functional test CI runs (dns_density_e2e):
+#       100 replicas traced, DNS from every guest seen, CYCLES=10 create/destroy cycles, all torn
+#       down, and nothing left behind (fds, tc filters, map entries); exits 1 on any failure.
+# Settings (environment): SIZES="1 10 50 100" BG_PROCS=300 MANY_PROCS=2000 IDLE_SECS=60
+#   LOAD_SECS=10 RATES="12500 25000" (queries/s in total over all guests) CYCLES=1000
+#   LATENCY_REPEATS=10 CYCLE_SIGHUPS=10. Ports 19740-19742.
+set -euo pipefail
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+MODE=bench
+if [ "${1:-}" = --check ]; then MODE=check; shift; fi
+BUILD=${1:-$SRC/build}
+NODEGATE=$BUILD/nodegate
+PORT_METRICS=19740 PORT_DEBUG=19741 NE_PORT=19742
+if [ $MODE = check ]; then
+  SIZES=${SIZES:-100} BG_PROCS=${BG_PROCS:-300} MANY_PROCS=${MANY_PROCS:-0} IDLE_SECS=${IDLE_SECS:-0}
+  LOAD_SECS=${LOAD_SECS:-3} RATES=${RATES:-3000} CYCLES=${CYCLES:-10} LATENCY_REPEATS=${LATENCY_REPEATS:-3}
+  CYCLE_SIGHUPS=${CYCLE_SIGHUPS:-0}
+fi
+SIZES=${SIZES:-1 10 50 100} BG_PROCS=${BG_PROCS:-300} MANY_PROCS=${MANY_PROCS:-2000}
+IDLE_SECS=${IDLE_SECS:-60} LOAD_SECS=${LOAD_SECS:-10} RATES=${RATES:-12500 25000}
+CYCLES=${CYCLES:-1000} LATENCY_REPEATS=${LATENCY_REPEATS:-10} CYCLE_SIGHUPS=${CYCLE_SIGHUPS:-10}
+
+source "$SRC/test/agent/dns/topology.sh"
+topo_require ip tc nft dnsmasq bpftool cc python3 curl
+[ -x "$NODEGATE" ] || { echo "FAIL: no $NODEGATE (build first)"; exit 1; }
+NODE_EXPORTER=$(command -v prometheus-node-exporter || true)
+[ $MODE = check ] || [ -n "$NODE_EXPORTER" ] || { echo "FAIL: missing prometheus-node-exporter (tools/install-deps.sh)"; exit 1; }
+BLAST=$TMP/dns_blast
+cc -O2 -Wall -o "$BLAST" "$SRC/tools/bench/dns_blast.c"
+
+# The meter (tools/bench/density_meter.py) answers one JSON line per command.
+coproc METER { exec python3 "$SRC/tools/bench/density_meter.py" $PORT_DEBUG $PORT_METRICS; }
+PIDS+=($METER_PID)
+meter() { echo "$*" >&"${METER[1]}"; local line; read -r line <&"${METER[0]}"; echo "$line"; }
+# jget JSON KEY...: a value out of a meter answer (KEY.SUB for nested ones).
+jget() { python3 -c 'import json,sys
+v = json.loads(sys.argv[1])
+for k in sys.argv[2].split("."): v = v[k] if not isinstance(v, list) else v[int(k)]
+print(v)' "$1" "$2"; }
+
+if [ $MODE = check ]; then
+  pass() { echo "ok   - $1"; }
+  expect() { check "$@"; }
+else
+  expect() { shift; "$@" || echo "  (note: $*: not as expected)" >&2; }
+fi
+log() { echo "# $(date -u +%T) $*" >&2; }
+
+# --- the node: host, CoreDNS and uplink netns, dnsmasq, N launchers, unrelated processes ----------
+# The benchmark's replicas are 1..N (topology.sh's replica 0 is the single-VM tests' one).
+topo_node() {
+  trap topo_cleanup EXIT
+  node_up
+  service_nat healthy
+  start_dnsmasq
+}
+REPLICAS=0
+grow_to() {  # N: replicas 1..N up, each with its virt-launcher
+  local t0=$EPOCHREALTIME i
+  for ((i = REPLICAS + 1; i <= $1; i++)); do replica_up $i; start_launcher $i; done
+  log "replicas $((REPLICAS + 1))..$1 up in $(python3 -c "print(f'{$EPOCHREALTIME-$t0:.1f}')") s"
+  REPLICAS=$1
+}
+BG=()
+spawn_procs() {  # N: unrelated processes (sleepers) until the host has N processes
+  local have; have=$(meter procs)
+  local n=$(($1 - have)) i
+  for ((i = 0; i < n; i++)); do sleep 100000 & BG+=($!); done
+  PIDS+=("${BG[@]}")
+}
+
+AGENT=
+start_agent() {
+  echo '{}' > $TMP/empty.json
+  "$NODEGATE" agent --kube none --listen 127.0.0.1:$PORT_METRICS --debug-listen 127.0.0.1:$PORT_DEBUG \
+    --dns-trace on --dns-netns /run/netns/$H --dns-netns /run/netns/$D --config $TMP/empty.json \
+    --log-level warn > $TMP/agent.log 2>&1 &
+  AGENT=$!
+  PIDS+=($AGENT)
+}
+stop_agent() { stop_pid $AGENT; AGENT=; }
+
+# cpu_window SECS [ACTION]: the agent's CPU seconds and context switches over SECS (ACTION runs
+# in the background meanwhile); prints "cpu_s switches wall_s".
+cpu_window() {
+  local a b t0=$EPOCHREALTIME
+  a=$(meter cpu $AGENT)
+  sleep "$1"
+  b=$(meter cpu $AGENT)
+  python3 -c "import json,sys; a,b=json.loads(sys.argv[1]),json.loads(sys.argv[2])
+print(f\"{b['cpu_s']-a['cpu_s']:.3f} {b['switches']-a['switches']} {$EPOCHREALTIME-$t0:.2f}\")" "$a" "$b"
+}
+
+# cycle_window: cpu_window over CYCLE_SIGHUPS full probe cycles, one a second (SIGHUP reloads the
+# config and the runner re-runs every probe). The signals come from a background subshell that
+# never talks to the meter: a subshell has no coproc fds.
+cycle_window() {
+  (for ((k = 0; k < CYCLE_SIGHUPS; k++)); do sleep 1; kill -HUP $AGENT; done) &
+  local hups=$!
+  cpu_window $((CYCLE_SIGHUPS + 1))
+  wait $hups
+}
+
+# check_wall: the median wall time of three `nodegate check` runs (null in --check mode).
+check_wall() {
+  [ $MODE = bench ] || { echo null; return; }
+  local k s
+  for k in 1 2 3; do
+    s=$EPOCHREALTIME
+    "$NODEGATE" check --output json > /dev/null 2>&1 || true  # exit 1 and 3: verdicts, not errors
+    python3 -c "print(round($EPOCHREALTIME - $s, 4))"
+  done | sort -n | sed -n 2p
+}
+
+RESULTS=$TMP/results.jsonl
+record() { echo "$1" >> $RESULTS; }  # one JSON object per measurement, formatted at the end
+
+# --- one size ----------------------------------------------------------------------------------
+measure_size() {
+  local n=$1 t0=$EPOCHREALTIME
+  start_agent
+  local up; up=$(meter wait_hops $n 120)
+  expect "$n VMs: every launcher traced (4 hops each, shared side 2)" test "$up" != -1
+  log "n=$n: traced after $up s"
+  sleep 5
+  local m_idle; m_idle=$(meter mem $AGENT)
+  local idle="0 0 0" rescans0=0 rescans1=0
+  if [ "$IDLE_SECS" != 0 ]; then
+    rescans0=$(jget "$(meter discovery)" rescans)
+    idle=$(cpu_window $IDLE_SECS)
+    rescans1=$(jget "$(meter discovery)" rescans)
+  fi
+  local cycle="0 0 0"
+  if [ "$CYCLE_SIGHUPS" != 0 ]; then
+    cycle=$(cycle_window)
+  fi
+  local dnspath; dnspath=$(meter metric nodegate_check_duration_seconds check=dns-path)
+  local check_s; check_s=$(check_wall)
+  local bpf_j; bpf_j=$(meter bpf $AGENT)
+  local filt; filt=$(meter filters $AGENT ngdns-)
+  local procs; procs=$(meter procs)
+  record "{\"kind\":\"size\",\"n\":$n,\"traced_s\":$up,\"mem\":$m_idle,\"idle\":\"$idle\",\"rescans\":$((rescans1 - rescans0)),\"cycle\":\"$cycle\",\"sighups\":$CYCLE_SIGHUPS,\"dnspath_s\":$dnspath,\"check_s\":$check_s,\"bpf\":$bpf_j,\"filters\":$filt,\"procs\":$procs}"
+  expect "$n VMs: the agent's filters are 2 per traced device ($((8 * n + 4)))" \
+    test "$(jget "$filt" filters)" = $((8 * n + 4))
+  # DNS load over every guest at once.
+  local rate
+  for rate in $RATES; do
+    local netns=() i
+    for ((i = 1; i <= n; i++)); do replica_names $i; netns+=(/run/netns/$RG); done
+    local s0; s0=$(meter tracer)
+    local c0; c0=$(meter cpu $AGENT)
+    local out; out=$("$BLAST" 10.96.0.10 "$rate" "$LOAD_SECS" 1 "${netns[@]}")
+    local c1; c1=$(meter cpu $AGENT)
+    sleep 2  # the last answers' traces complete
+    local s1; s1=$(meter tracer)
+    record "{\"kind\":\"load\",\"n\":$n,\"rate\":$rate,\"blast\":$out,\"cpu0\":$c0,\"cpu1\":$c1,\"s0\":$s0,\"s1\":$s1}"
+  done
+  if [ "$IDLE_SECS" != 0 ]; then
+    local m_after; m_after=$(meter mem $AGENT)
+    local idle2; idle2=$(cpu_window $((IDLE_SECS / 2)))
+    record "{\"kind\":\"after_load\",\"n\":$n,\"mem\":$m_after,\"idle\":\"$idle2\"}"
+  fi
+  [ $MODE = check ] && [ "$n" != "${SIZES##* }" ] || measure_latency $n
+  if [ $MODE = check ]; then
+    local vmis; vmis=$(meter series nodegate_dns_queries_total)
+    check "DNS from every one of the $n guests traced end to end (a query count per VMI)" \
+      test "$vmis" -ge "$n"
+    local lost; lost=$(jget "$(meter tracer)" events_lost)
+    check "no tracer event lost at ${RATES% *} queries/s over $n guests" test "$lost" = 0
+  fi
+  log "n=$n measured in $(python3 -c "print(f'{$EPOCHREALTIME-$t0:.0f}')") s"
+}
+
+# --- a VM arriving and leaving (at every size), many times (at the largest) ------------------------
+# veth_gone T0: once the host side of replica $RHL is gone (its launcher netns freed by the kernel,
+# which nothing of the agent's may hold), milliseconds since T0; -1 after 10 s.
+veth_gone() {
+  local k
+  for ((k = 0; k < 1000; k++)); do
+    if ! ip -n $H link show $RHL > /dev/null 2>&1; then
+      python3 -c "print(round(($EPOCHREALTIME - $1) * 1000, 1))"
+      return
+    fi
+    sleep 0.01
+  done
+  echo -1
+}
+# measure_latency N: with N VMs traced, a launcher (replica N+1) arrives and leaves
+# LATENCY_REPEATS times: exec -> its 4 hops traced, exit -> untraced, netns deleted -> host veth
+# gone; and the agent's CPU and rescans over all of it (CPU per rescan: what one pass costs at N).
+measure_latency() {
+  local n=$1 i=$(($1 + 1)) k
+  replica_names $i
+  local c0; c0=$(meter cpu $AGENT)
+  local r0; r0=$(jget "$(meter discovery)" rescans)
+  for ((k = 0; k < LATENCY_REPEATS; k++)); do
+    replica_up $i
+    local t0=$EPOCHREALTIME
+    start_launcher $i
+    local attach; attach=$(meter wait_vmi ngdns/$RVM 4 5 $t0)
+    t0=$EPOCHREALTIME
+    stop_launcher $i
+    local detach; detach=$(meter wait_vmi ngdns/$RVM 0 5 $t0)
+    local rest; rest=$(meter filters $AGENT $RL)
+    t0=$EPOCHREALTIME
+    ip netns del $RG; ip netns del $RL
+    local gone; gone=$(veth_gone $t0)
+    record "{\"kind\":\"latency\",\"n\":$n,\"attach_ms\":$attach,\"detach_ms\":$detach,\"veth_gone_ms\":$gone,\"left\":$rest}"
+    expect "$n VMs: a new launcher traced and untraced, nothing of it left" \
+      test "$attach" != -1 -a "$detach" != -1 -a "$gone" != -1 -a "$(jget "$rest" filters)" = 0
+  done
+  local c1; c1=$(meter cpu $AGENT)
+  local r1; r1=$(jget "$(meter discovery)" rescans)
+  record "{\"kind\":\"latency_cost\",\"n\":$n,\"cpu_s\":$(python3 -c "print(round($(jget "$c1" cpu_s) - $(jget "$c0" cpu_s), 3))"),\"rescans\":$((r1 - r0))}"
+}
+
+# measure_cycles N: CYCLES create/destroy cycles beside N traced VMs.
+measure_cycles() {
+  local n=$1 i=$(($1 + 1))
+  replica_names $i
+  # State before and after, RSS every tenth of the way.
+  local before; before=$(meter mem $AGENT)
+  local fb; fb=$(meter filters $AGENT ngdns-)
+  local bb; bb=$(meter bpf $AGENT)
+  local hb; hb=$(meter hops)
+  local t0=$EPOCHREALTIME bad=0 c
+  for ((c = 1; c <= CYCLES; c++)); do
+    replica_up $i
+    start_launcher $i
+    [ "$(meter wait_vmi ngdns/$RVM 4 10 $EPOCHREALTIME)" != -1 ] || bad=$((bad + 1))
+    replica_down $i
+    [ "$(meter wait_vmi ngdns/$RVM 0 10 $EPOCHREALTIME)" != -1 ] || bad=$((bad + 1))
+    # The kernel frees a netns after `ip netns del` returns: the next replica reuses the names.
+    [ "$(veth_gone $EPOCHREALTIME)" != -1 ] || bad=$((bad + 1))
+    if [ $((c % (CYCLES / 10 > 0 ? CYCLES / 10 : 1))) = 0 ]; then
+      record "{\"kind\":\"cycle_rss\",\"cycle\":$c,\"mem\":$(meter mem $AGENT)}"
+    fi
+  done
+  local secs; secs=$(python3 -c "print(round($EPOCHREALTIME-$t0,1))")
+  sleep 1
+  local after; after=$(meter mem $AGENT)
+  local fa; fa=$(meter filters $AGENT ngdns-)
+  local ba; ba=$(meter bpf $AGENT)
+  local ha; ha=$(meter hops)
+  record "{\"kind\":\"cycles\",\"n\":$n,\"cycles\":$CYCLES,\"seconds\":$secs,\"failed_waits\":$bad,\"before\":$before,\"after\":$after,\"filters_before\":$fb,\"filters_after\":$fa,\"bpf_before\":$bb,\"bpf_after\":$ba,\"hops_before\":$hb,\"hops_after\":$ha}"
+  expect "$CYCLES create/destroy cycles: every VM traced and untraced in time" test $bad = 0
+  expect "after the cycles: the agent's fds as before ($(jget "$before" fds))" \
+    test "$(jget "$after" fds)" = "$(jget "$before" fds)"
+  expect "after the cycles: netns fds as before ($(jget "$before" netns_fds))" \
+    test "$(jget "$after" netns_fds)" = "$(jget "$before" netns_fds)"
+  expect "after the cycles: tc filters as before ($(jget "$fb" filters))" \
+    test "$(jget "$fa" filters)" = "$(jget "$fb" filters)"
+  expect "after the cycles: no clsact qdisc left bare" test "$(jget "$fa" bare_clsact)" = 0
+  expect "after the cycles: BPF hash map entries as before" \
+    test "$(jget "$ba" hash_entries)" = "$(jget "$bb" hash_entries)"
+  expect "after the cycles: traced hops as before ($(jget "$hb" hops))" \
+    test "$(jget "$ha" hops)" = "$(jget "$hb" hops)"
+}
+
+# --- the run --------------------------------------------------------------------------------------
+log "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(meter procs) processes"
+topo_node
+spawn_procs $BG_PROCS
+NE_RSS='null'
+if [ -n "$NODE_EXPORTER" ]; then
+  "$NODE_EXPORTER" --web.listen-address=127.0.0.1:$NE_PORT > $TMP/node_exporter.log 2>&1 &
+  NE=$!; PIDS+=($NE)
+  sleep 5
+  ne_idle=$(meter mem $NE)
+  for _ in $(seq 10); do curl -sf http://127.0.0.1:$NE_PORT/metrics > /dev/null; done
+  NE_RSS="{\"idle\":$ne_idle,\"scraped\":$(meter mem $NE)}"
+fi
+record "{\"kind\":\"machine\",\"cpus\":$(nproc),\"load_start\":\"$(cut -d' ' -f1-3 /proc/loadavg)\",\"node_exporter\":$NE_RSS,\"kernel\":\"$(uname -r)\"}"
+
+last=
+for n in $SIZES; do
+  grow_to $n
+  measure_size $n
+  last=$n
+  [ "$n" = "${SIZES##* }" ] || stop_agent
+done
+measure_cycles $last
+if [ "$MANY_PROCS" != 0 ]; then
+  spawn_procs $MANY_PROCS
+  cycle="0 0 0"
+  [ "$CYCLE_SIGHUPS" = 0 ] || cycle=$(cycle_window)
+  idle=$(cpu_window $((IDLE_SECS > 0 ? IDLE_SECS / 2 : 1)))
+  check_s=$(check_wall)
+  record "{\"kind\":\"many_procs\",\"n\":$last,\"procs\":$(meter procs),\"cycle\":\"$cycle\",\"sighups\":$CYCLE_SIGHUPS,\"idle\":\"$idle\",\"check_s\":$check_s,\"dnspath_s\":$(meter metric nodegate_check_duration_seconds check=dns-path)}"
+fi
+
+# Every VM goes: nothing of the agent's may be left on any device, nor a netns held.
+for ((i = 1; i <= last; i++)); do replica_down $i; done
+expect "all VMs gone: no VMI traced any more" test "$(meter wait_hops 0 30)" != -1
+left=$(meter hops)
+expect "all VMs gone: only the shared side (2 hops) traced" test "$(jget "$left" hops)" = 2
+gone=$(meter mem $AGENT)
+expect "all VMs gone: the agent holds no launcher netns (at most the host and server netns)" \
+  test "$(jget "$gone" netns_fds)" -le 2
+for _ in $(seq 100); do [ -z "$(ip -n $H -o link show | grep ' hl[0-9]')" ] && break; sleep 0.1; done
+expect "all VMs gone: every host-side veth gone (no launcher netns pinned)" \
+  test -z "$(ip -n $H -o link show | grep ' hl[0-9]')"
+record "{\"kind\":\"teardown\",\"mem\":$gone,\"hops\":$left}"
+prog_ids=$(meter prog_ids $AGENT)  # (not in a pipeline: a pipeline's subshell has no coproc fds)
+prog_ids=$(tr -d '[] ' <<< "$prog_ids")
+stop_agent
+on_exit=$(meter filters_of "$prog_ids" ngdns-)
+expect "agent exit: none of its tc filters left on the host or server side" \
+  test "$(jget "$on_exit" filters)" = 0
+expect "agent logged no error" bash -c "! grep -q 'level=error' $TMP/agent.log"
+record "{\"kind\":\"end\",\"load_end\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
+
+if [ $MODE = check ]; then
+  if [ $fails -gt 0 ]; then
+    echo "--- agent log"; tail -30 $TMP/agent.log
+    echo "$fails check(s) failed"; exit 1
+  fi
+  echo "all checks passed"
+else
+  python3 "$SRC/tools/bench/density_report.py" $RESULTS || cat $RESULTS
+fi

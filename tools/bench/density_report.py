@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Formats the measurements of tools/bench/density.sh (one JSON object a line, written as they are
+taken) as the Markdown tables of docs/benchmarks/density.md, with the ratios across sizes worked
+out from the same run. Usage: density_report.py RESULTS.jsonl"""
+import json
+import statistics
+import sys
+
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+
+
+def kind(k):
+    return [r for r in rows if r["kind"] == k]
+
+
+def one(k):
+    found = kind(k)
+    return found[0] if found else None
+
+
+def window(text):
+    """cpu_window's "cpu_s switches wall_s" -> (cpu_s, switches, wall_s)."""
+    c, s, w = text.split()
+    return float(c), int(s), float(w)
+
+
+def pct(cpu_s, wall_s):
+    return 100 * cpu_s / wall_s if wall_s else None
+
+
+def fmt(v, digits=1):
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def table(head, body):
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(fmt(c) if not isinstance(c, str) else c for c in r) + " |"
+            for r in body]
+    return "\n".join(out)
+
+
+machine, sizes = one("machine"), kind("size")
+print(f"Run: kernel {machine['kernel']}, {machine['cpus']} CPUs, load average at the start "
+      f"{machine['load_start']}, at the end {(one('end') or {}).get('load_end', '?')}.\n")
+ne = machine.get("node_exporter")
+if ne:
+    print(f"node_exporter (prometheus-node-exporter, default collectors) in the same run: "
+          f"RSS {ne['idle']['rss_kib']} KiB idle, {ne['scraped']['rss_kib']} KiB after 10 "
+          f"scrapes (USS {ne['scraped']['uss_kib']} KiB).\n")
+
+# --- memory, CPU at idle, attachments ------------------------------------------------------------
+base = sizes[0]
+body = []
+for s in sizes:
+    m, b = s["mem"], s["bpf"]
+    marginal = None
+    if s["n"] != base["n"]:
+        marginal = (m["rss_kib"] - base["mem"]["rss_kib"]) / (s["n"] - base["n"])
+    cpu_s, switches, wall = window(s["idle"])
+    body.append([s["n"], s["procs"], s["traced_s"], m["rss_kib"], m["uss_kib"], marginal,
+                 m["threads"], m["fds"], m["netns_fds"], s["filters"]["filters"],
+                 b["prog_memlock"] // 1024, b["map_memlock"] // 1024,
+                 pct(cpu_s, wall) if wall else None, switches / wall if wall else None,
+                 s["rescans"]])
+print("### At idle, tracer on\n")
+print(table(["VMs", "processes", "all traced after (s)", "RSS KiB", "USS KiB",
+             f"RSS KiB per VM beyond {base['n']}", "threads", "fds", "netns fds", "tc filters",
+             "BPF prog memlock KiB", "BPF map memlock KiB", "idle CPU % of a core",
+             "wakeups/s", "rescans in the idle window"], body))
+
+after = {a["n"]: a for a in kind("after_load")}
+if after:
+    print("\nThe same agents after the DNS load below (the trace ring and histograms filled):\n")
+    body = []
+    for s in sizes:
+        a = after.get(s["n"])
+        if not a:
+            continue
+        cpu_s, switches, wall = window(a["idle"])
+        body.append([s["n"], a["mem"]["rss_kib"], a["mem"]["uss_kib"],
+                     a["mem"]["rss_kib"] - s["mem"]["rss_kib"], pct(cpu_s, wall),
+                     switches / wall if wall else None])
+    print(table(["VMs", "RSS KiB", "USS KiB", "RSS growth KiB", "idle CPU %", "wakeups/s"], body))
+
+# --- probe cycle and check against the VM and process count --------------------------------------
+print("\n### One probe cycle and `nodegate check`\n")
+body = []
+many = one("many_procs")
+points = [(s["n"], s["procs"], s) for s in sizes] + ([(many["n"], many["procs"], many)] if many else [])
+idle_rate = {s["n"]: window(s["idle"]) for s in sizes}
+ref_cycle = None
+for n, procs, s in points:
+    cpu_s, _, wall = window(s["cycle"])
+    i_cpu, _, i_wall = idle_rate[n] if s is not many else window(many["idle"])
+    per_cycle = None
+    hups = s.get("sighups", 0)
+    if wall and hups:
+        # The window holds `sighups` full cycles on top of the idle rate.
+        per_cycle = 1000 * (cpu_s - (i_cpu / i_wall if i_wall else 0) * wall) / hups
+    if ref_cycle is None:
+        ref_cycle = s.get("dnspath_s")
+    ratio = s["dnspath_s"] / ref_cycle if ref_cycle and s.get("dnspath_s") else None
+    body.append([n, procs, per_cycle, s.get("dnspath_s") and 1000 * s["dnspath_s"], ratio,
+                 s.get("check_s")])
+print(table(["VMs", "processes", "agent CPU ms per full probe cycle", "dns-path check ms",
+             f"dns-path vs {base['n']} VM", "`nodegate check` wall s (median of 3)"], body))
+
+# --- DNS load -----------------------------------------------------------------------------------
+loads = kind("load")
+if loads:
+    print("\n### DNS load spread over every guest\n")
+    body = []
+    for r in loads:
+        bl = r["blast"]
+        cpu = r["cpu1"]["cpu_s"] - r["cpu0"]["cpu_s"]
+        ev = r["s1"]["events"] - r["s0"]["events"]
+        lost = r["s1"]["events_lost"] - r["s0"]["events_lost"]
+        qps = bl["sent_per_s"]
+        p = pct(cpu, bl["seconds"])
+        body.append([r["n"], r["rate"], qps, bl["answered"] / bl["seconds"], bl["answered_min"],
+                     ev / bl["seconds"], lost, p, p / (qps / 1000) if qps else None])
+    print(table(["VMs", "offered queries/s", "sent/s", "answered/s", "fewest answers of one guest",
+                 "tracer events/s", "events lost", "agent CPU %", "CPU % per 1k queries/s"],
+                body))
+
+# --- churn --------------------------------------------------------------------------------------
+lat = kind("latency")
+if lat:
+    print("\n### A VM arriving and leaving beside N traced ones\n")
+    cost = {c["n"]: c for c in kind("latency_cost")}
+    body = []
+    for n in sorted({r["n"] for r in lat}):
+        at = [r for r in lat if r["n"] == n]
+        row = [n, len(at)]
+        for key in ("attach_ms", "detach_ms", "veth_gone_ms"):
+            v = [r[key] for r in at if r[key] >= 0]
+            row += [statistics.median(v) if v else None, max(v) if v else None]
+        row.append(sum(r["left"]["filters"] for r in at))
+        c = cost.get(n)
+        row.append(1000 * c["cpu_s"] / c["rescans"] if c and c["rescans"] else None)
+        body.append(row)
+    print(table(["VMs traced", "times", "exec → 4 hops traced: median ms", "max ms",
+                 "exit → untraced: median ms", "max ms", "netns deleted → host veth gone: median ms",
+                 "max ms", "filters left", "agent CPU ms per rescan"], body))
+
+cyc = one("cycles")
+if cyc:
+    b, a = cyc["before"], cyc["after"]
+    print(f"\n### {cyc['cycles']} create/destroy cycles beside {cyc['n']} traced VMs "
+          f"({cyc['seconds']} s, waits timed out: {cyc['failed_waits']})\n")
+    body = [["RSS KiB", b["rss_kib"], a["rss_kib"]], ["USS KiB", b["uss_kib"], a["uss_kib"]],
+            ["fds", b["fds"], a["fds"]], ["netns fds", b["netns_fds"], a["netns_fds"]],
+            ["threads", b["threads"], a["threads"]],
+            ["tc filters", cyc["filters_before"]["filters"], cyc["filters_after"]["filters"]],
+            ["bare clsact qdiscs", cyc["filters_before"]["bare_clsact"],
+             cyc["filters_after"]["bare_clsact"]],
+            ["BPF hash map entries", cyc["bpf_before"]["hash_entries"],
+             cyc["bpf_after"]["hash_entries"]],
+            ["traced hops", cyc["hops_before"]["hops"], cyc["hops_after"]["hops"]]]
+    print(table(["", "before", "after"], body))
+    rss = kind("cycle_rss")
+    if rss:
+        print("\nRSS KiB along the way: " +
+              ", ".join(f"{r['cycle']}: {r['mem']['rss_kib']}" for r in rss) + ".")
+
+td = one("teardown")
+if td:
+    print(f"\nAll VMs gone: {td['hops']['hops']} hops traced (the shared side), "
+          f"{td['mem']['netns_fds']} netns fds, {td['mem']['fds']} fds, RSS "
+          f"{td['mem']['rss_kib']} KiB.")
