@@ -74,7 +74,7 @@ print(table(["VMs", "processes", "all traced after (s)", "RSS KiB", "USS KiB",
 
 after = {a["n"]: a for a in kind("after_load")}
 if after:
-    print("\nThe same agents after the DNS load below (the trace ring and histograms filled):\n")
+    print("\nThe same agents after the DNS load below (finished traces retained for the dns-path window):\n")
     body = []
     for s in sizes:
         a = after.get(s["n"])
@@ -87,27 +87,17 @@ if after:
     print(table(["VMs", "RSS KiB", "USS KiB", "RSS growth KiB", "idle CPU %", "wakeups/s"], body))
 
 # --- probe cycle and check against the VM and process count --------------------------------------
-print("\n### One probe cycle and `nodegate check`\n")
+print("\n### The dns-path check and `nodegate check` against VMs and processes\n")
 body = []
 many = one("many_procs")
-points = [(s["n"], s["procs"], s) for s in sizes] + ([(many["n"], many["procs"], many)] if many else [])
-idle_rate = {s["n"]: window(s["idle"]) for s in sizes}
-ref_cycle = None
-for n, procs, s in points:
-    cpu_s, _, wall = window(s["cycle"])
-    i_cpu, _, i_wall = idle_rate[n] if s is not many else window(many["idle"])
-    per_cycle = None
-    hups = s.get("sighups", 0)
-    if wall and hups:
-        # The window holds `sighups` full cycles on top of the idle rate.
-        per_cycle = 1000 * (cpu_s - (i_cpu / i_wall if i_wall else 0) * wall) / hups
-    if ref_cycle is None:
-        ref_cycle = s.get("dnspath_s")
-    ratio = s["dnspath_s"] / ref_cycle if ref_cycle and s.get("dnspath_s") else None
-    body.append([n, procs, per_cycle, s.get("dnspath_s") and 1000 * s["dnspath_s"], ratio,
-                 s.get("check_s")])
-print(table(["VMs", "processes", "agent CPU ms per full probe cycle", "dns-path check ms",
-             f"dns-path vs {base['n']} VM", "`nodegate check` wall s (median of 3)"], body))
+points = sizes + ([many] if many else [])
+ref = sizes[0].get("dnspath_s")
+for s in points:
+    d = s.get("dnspath_s")
+    body.append([s["n"], s["procs"], d and 1000 * d, d / ref if d and ref else None,
+                 s.get("check_s") and 1000 * s["check_s"]])
+print(table(["VMs", "processes", "dns-path check ms (agent)", f"vs {sizes[0]['n']} VM",
+             "`nodegate check` wall ms (median of 3)"], body))
 
 # --- DNS load -----------------------------------------------------------------------------------
 loads = kind("load")
