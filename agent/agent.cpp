@@ -193,6 +193,9 @@ int runAgent(const Options& opts) {
   }
   if (events) events.value().reset();
   int abandoned = runner->stop();
+  // A probe abandoned at its deadline may still wait for a command (lvm): kill its process group
+  // so nothing the agent started outlives it.
+  seams.exec->shutdown();
   log::info("agent stopped", {{"abandoned_probes", std::to_string(abandoned)}});
   if (abandoned > 0 || starter_stuck) {
     // A stuck probe thread still runs: leave without running destructors under it.

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "lvm.h"
-#include "lvm_report.h"
+#include "lvm_source.h"
 #include "mountinfo.h"
 #include "nodegate/probe.h"
 #include "nodegate/seams.h"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 namespace nodegate {
 namespace {
@@ -184,98 +185,144 @@ void thinPoolFindings(const LvmLv& pool, const LvmPolicy& policy,
   }
 }
 
-CheckResult evaluateLvm(const LvmFetch& fetch, const LvmPolicy& policy) {
+namespace {
+
+constexpr const char* kRefusedHint =
+    "an unprivileged container's device cgroup refuses block devices: run the device-probe "
+    "helper beside the agent (chart: deviceProbe.enabled=true; agent --device-probe PATH), or "
+    "run the agent privileged";
+
+CheckResult withCommand(const LvmFetch& fetch, CheckResult r) {
+  const std::string command = fetch.lvm_skipped ? fetch.command + " (not run)" : fetch.command;
+  r.evidence.insert(r.evidence.begin(), {"lvm command", command});
+  if (!fetch.label_scan.empty())
+    r.evidence.insert(r.evidence.begin() + 1, {"lvm label scan", fetch.label_scan});
+  if (!fetch.run_error.empty()) r.evidence.push_back({"lvm exit", fetch.run_error});
+  for (const auto& w : fetch.report.warnings) r.evidence.push_back({"lvm warning", w});
+  return r;
+}
+
+// The verdict of a run that left no report to judge; nullopt when there is one.
+std::optional<CheckResult> noReportResult(const LvmFetch& fetch, const LvmPolicy& policy) {
   const bool managed = !policy.volume_group.empty();
-  auto withCommand = [&](CheckResult r) {
-    const std::string command = fetch.lvm_skipped ? fetch.command + " (not run)" : fetch.command;
-    r.evidence.insert(r.evidence.begin(), {"lvm command", command});
-    if (!fetch.label_scan.empty())
-      r.evidence.insert(r.evidence.begin() + 1, {"lvm label scan", fetch.label_scan});
-    for (const auto& w : fetch.report.warnings) r.evidence.push_back({"lvm warning", w});
-    return r;
-  };
   switch (fetch.failure) {
     case LvmRunFailure::None:
-      break;
+      return std::nullopt;
     case LvmRunFailure::NotFound:
       if (!managed) {
         auto r = makeResult(kCheck, Status::Pass, "NoLocalLvm",
                             "lvm is not installed on this host: no local LVM storage to check");
         r.evidence.push_back({"lvm", fetch.error});
-        return withCommand(std::move(r));
+        return r;
       }
-      return withCommand(makeResult(kCheck, Status::Unknown, "LvmNotFound", fetch.error,
-                                    "volume group " + policy.volume_group +
-                                        " is configured but lvm is not reachable: "
-                                        "install lvm2 on the host, or in a container use "
-                                        "--lvm-command 'nsenter -t 1 -m -- lvm'"));
+      return makeResult(kCheck, Status::Unknown, "LvmNotFound", fetch.error,
+                        "volume group " + policy.volume_group +
+                            " is configured but lvm is not reachable: install lvm2 on the host, "
+                            "or in a container use --lvm-command 'nsenter -t 1 -m -- lvm'");
     case LvmRunFailure::TimedOut:
-      return withCommand(makeResult(
+      return makeResult(
           kCheck, Status::Unknown, "LvmTimeout", fetch.error,
           "lvm hung: look for a stuck device or lock (dmesg, dmsetup info, /run/lock/lvm); raise "
-          "checks.lvm.timeout_seconds only if the host is merely slow"));
+          "checks.lvm.timeout_seconds only if the host is merely slow");
     case LvmRunFailure::Failed:
-      return withCommand(makeResult(kCheck, Status::Unknown, "LvmCommandFailed", fetch.error,
-                                    "run the lvm command by hand on the node and fix what it "
-                                    "reports; check --lvm-command"));
+      return makeResult(kCheck, Status::Unknown, "LvmCommandFailed", fetch.error,
+                        "run the lvm command by hand on the node and fix what it reports; check "
+                        "--lvm-command");
     case LvmRunFailure::Unparsable:
-      return withCommand(makeResult(
+      return makeResult(
           kCheck, Status::Unknown, "LvmReportUnparsable", fetch.error,
-          "check that --lvm-command runs lvm itself (lvm2 >= 2.02.158 for JSON reports)"));
+          "check that --lvm-command runs lvm itself (lvm2 >= 2.02.158 for JSON reports)");
+    case LvmRunFailure::HelperUnavailable:
+      return makeResult(kCheck, Status::Unknown, "DeviceProbeUnavailable", fetch.error,
+                        "the device-probe helper does the block-device work: check its "
+                        "container (kubectl logs POD -c device-probe) and --device-probe");
   }
+  return std::nullopt;
+}
 
-  const LvmReport& rep = fetch.report;
+// What judging one report produces.
+struct LvmJudgement {
   std::vector<StorageFinding> findings;
-  CheckResult metrics_holder;
-  auto& metrics = metrics_holder.metrics;
+  std::vector<MetricSample> metrics;
   std::vector<Evidence> evidence;
-  if (!fetch.lvm_skipped) evidence.push_back({"lvm report format", rep.format});
+};
 
+// Why the report may not show every volume group: a failed lvm run, block devices the device
+// cgroup refused. Each is UNKNOWN, so an empty or partial report can never read as healthy.
+void judgeBlindSpots(const LvmFetch& fetch, LvmJudgement* j) {
+  if (!fetch.run_error.empty())
+    j->findings.push_back(
+        {Status::Unknown, "LvmCommandFailed",
+         "lvm failed (" + fetch.run_error +
+             ") after printing a report: what it shows is not "
+             "a proof of health",
+         "run the lvm command by hand on the node as root and fix what it reports; check "
+         "--lvm-command (run as a non-root user, lvm prints an empty report and exits 5)"});
+  if (!fetch.refused.empty()) {
+    std::string names;
+    for (std::size_t i = 0; i < fetch.refused.size() && i < 5; ++i)
+      names += (names.empty() ? "" : ", ") + fetch.refused[i];
+    if (fetch.refused.size() > 5) names += ", ...";
+    j->findings.push_back(
+        {Status::Unknown, "BlockDevicesRefused",
+         "opening " + std::to_string(fetch.refused.size()) + " block devices (" + names +
+             ") was refused (EPERM: the device cgroup or a security policy), to nodegate and to "
+             "the lvm it runs: volume groups on them cannot be seen",
+         kRefusedHint});
+  }
+}
+
+void judgeVolumeGroups(const LvmFetch& fetch, const LvmPolicy& policy, LvmJudgement* j) {
+  const LvmReport& rep = fetch.report;
   bool managed_seen = false;
   for (const auto& vg : rep.vgs) {
     managed_seen |= vg.name == policy.volume_group;
     std::map<std::string, std::string> l{{"vg", vg.name}};
     if (vg.size)
-      metrics.push_back(gauge("nodegate_lvm_vg_size_bytes", "Size of the LVM volume group.", l,
-                              static_cast<double>(*vg.size)));
+      j->metrics.push_back(gauge("nodegate_lvm_vg_size_bytes", "Size of the LVM volume group.", l,
+                                 static_cast<double>(*vg.size)));
     if (vg.free)
-      metrics.push_back(gauge("nodegate_lvm_vg_free_bytes",
-                              "Unallocated space in the LVM volume group.", l,
-                              static_cast<double>(*vg.free)));
+      j->metrics.push_back(gauge("nodegate_lvm_vg_free_bytes",
+                                 "Unallocated space in the LVM volume group.", l,
+                                 static_cast<double>(*vg.free)));
     std::uint64_t missing = vg.missing_pv_count;
+    std::string missing_names;
     for (const auto& pv : rep.pvs) {
-      if (pv.vg == vg.name && pv.missing && missing == 0) missing = 1;
+      if (pv.vg != vg.name || !pv.missing) continue;
+      if (missing == 0) missing = 1;
+      missing_names += (missing_names.empty() ? "" : ", ") + pv.uuid;
     }
-    metrics.push_back(gauge("nodegate_lvm_pv_missing",
-                            "Physical volumes of the volume group that lvm cannot find.", l,
-                            static_cast<double>(missing)));
-    evidence.push_back({"volume group " + vg.name,
-                        "attr " + vg.attr + ", " + std::to_string(vg.pv_count) + " PVs, size " +
-                            bytes(vg.size) + ", free " + bytes(vg.free)});
-    if (vg.partial || missing > 0) {
-      std::string missing_names;
-      for (const auto& pv : rep.pvs)
-        if (pv.vg == vg.name && pv.missing)
-          missing_names += (missing_names.empty() ? "" : ", ") + pv.uuid;
-      findings.push_back({Status::Fail, "VolumeGroupDegraded",
-                          "volume group " + vg.name + " is partial: " + std::to_string(missing) +
-                              " of " + std::to_string(vg.pv_count) + " PVs missing" +
-                              (missing_names.empty() ? "" : " (uuid " + missing_names + ")"),
-                          "a disk under " + vg.name +
-                              " is gone: check dmesg and cabling; restore it, or "
-                              "replace it and run vgreduce --removemissing " +
-                              vg.name + " (data on the missing PV is lost)"});
-    }
+    j->metrics.push_back(gauge("nodegate_lvm_pv_missing",
+                               "Physical volumes of the volume group that lvm cannot find.", l,
+                               static_cast<double>(missing)));
+    j->evidence.push_back({"volume group " + vg.name,
+                           "attr " + vg.attr + ", " + std::to_string(vg.pv_count) + " PVs, size " +
+                               bytes(vg.size) + ", free " + bytes(vg.free)});
+    if (vg.partial || missing > 0)
+      j->findings.push_back({Status::Fail, "VolumeGroupDegraded",
+                             "volume group " + vg.name + " is partial: " + std::to_string(missing) +
+                                 " of " + std::to_string(vg.pv_count) + " PVs missing" +
+                                 (missing_names.empty() ? "" : " (uuid " + missing_names + ")"),
+                             "a disk under " + vg.name +
+                                 " is gone: check dmesg and cabling; restore it, or "
+                                 "replace it and run vgreduce --removemissing " +
+                                 vg.name + " (data on the missing PV is lost)"});
   }
-  if (rep.vgs.empty()) evidence.push_back({"volume groups", "none"});
-  if (managed && !managed_seen)
-    findings.push_back(
-        {Status::Fail, "VolumeGroupMissing",
-         "volume group " + policy.volume_group + " is not on this node",
-         "create it (vgcreate " + policy.volume_group +
-             " DISK...) or fix "
-             "checks.lvm.volume_group; the local CSI driver cannot provision without it"});
+  if (rep.vgs.empty()) j->evidence.push_back({"volume groups", "none"});
+  if (policy.volume_group.empty() || managed_seen) return;
+  // Not in a report that may miss disks (refused devices, a failed run): not known to be gone.
+  const bool blind = !fetch.refused.empty() || !fetch.run_error.empty();
+  j->findings.push_back(
+      {blind ? Status::Unknown : Status::Fail, blind ? "VolumeGroupNotSeen" : "VolumeGroupMissing",
+       "volume group " + policy.volume_group +
+           (blind ? " is not in a report that cannot see every disk" : " is not on this node"),
+       blind ? std::string(kRefusedHint)
+             : "create it (vgcreate " + policy.volume_group +
+                   " DISK...) or fix checks.lvm.volume_group; the local CSI driver cannot "
+                   "provision without it"});
+}
 
+void judgeLogicalVolumes(const LvmReport& rep, const LvmPolicy& policy, LvmJudgement* j) {
   std::size_t unknown_state = 0, inactive = 0, series = 0, dropped = 0;
   std::string unknown_example;
   for (const auto& lv : rep.lvs) {
@@ -285,68 +332,80 @@ CheckResult evaluateLvm(const LvmFetch& fetch, const LvmPolicy& policy) {
       ++inactive;
     }
     if (lv.attr.isThinPool()) {
-      thinPoolFindings(lv, policy, &findings);
+      thinPoolFindings(lv, policy, &j->findings);
       std::map<std::string, std::string> l{{"vg", lv.vg}, {"lv", lv.name}};
       if (lv.data_percent)
-        metrics.push_back(gauge("nodegate_lvm_thin_pool_data_ratio",
-                                "Used fraction of the thin pool's data space (0-1).", l,
-                                *lv.data_percent / 100.0));
+        j->metrics.push_back(gauge("nodegate_lvm_thin_pool_data_ratio",
+                                   "Used fraction of the thin pool's data space (0-1).", l,
+                                   *lv.data_percent / 100.0));
       if (lv.metadata_percent)
-        metrics.push_back(gauge("nodegate_lvm_thin_pool_metadata_ratio",
-                                "Used fraction of the thin pool's metadata space (0-1).", l,
-                                *lv.metadata_percent / 100.0));
+        j->metrics.push_back(gauge("nodegate_lvm_thin_pool_metadata_ratio",
+                                   "Used fraction of the thin pool's metadata space (0-1).", l,
+                                   *lv.metadata_percent / 100.0));
       std::string seen = lv.data_percent ? "data " + percent(*lv.data_percent)
                                          : std::string("data usage unknown (inactive?)");
       seen += lv.metadata_percent ? ", metadata " + percent(*lv.metadata_percent) : "";
       seen += ", size " + bytes(lv.size);
       if (!lv.when_full.empty()) seen += ", lv_when_full=" + lv.when_full;
       if (lv.when_full == "queue") seen += " (writes hang when full)";
-      evidence.push_back({"thin pool " + lv.full_name, seen});
+      j->evidence.push_back({"thin pool " + lv.full_name, seen});
     }
     if (lv.hidden()) continue;
-    lvHealthFindings(lv, &findings);
+    lvHealthFindings(lv, &j->findings);
     if (series < policy.max_lv_series) {
       ++series;
       const std::string status =
           lv.attr.stateUnknown() ? "unknown" : std::string(toString(lv.effectiveHealth()));
-      metrics.push_back(gauge("nodegate_lvm_lv_health",
-                              "Health of the logical volume: 1 for its current lv_health_status "
-                              "(ok, partial, out_of_data, metadata_read_only, failed, ...).",
-                              {{"vg", lv.vg}, {"lv", lv.name}, {"status", status}}, 1));
+      j->metrics.push_back(gauge("nodegate_lvm_lv_health",
+                                 "Health of the logical volume: 1 for its current "
+                                 "lv_health_status (ok, partial, out_of_data, "
+                                 "metadata_read_only, failed, ...).",
+                                 {{"vg", lv.vg}, {"lv", lv.name}, {"status", status}}, 1));
     } else {
       ++dropped;
     }
   }
   if (unknown_state > 0)
-    findings.push_back({Status::Unknown, "LvmStateUnknown",
-                        std::to_string(unknown_state) + " LVs report unknown state (" +
-                            unknown_example + "): lvm could not ask device-mapper",
-                        kContainerHint});
+    j->findings.push_back({Status::Unknown, "LvmStateUnknown",
+                           std::to_string(unknown_state) + " LVs report unknown state (" +
+                               unknown_example + "): lvm could not ask device-mapper",
+                           kContainerHint});
   for (const auto& e : rep.log)
-    if (e.type == "error") evidence.push_back({"lvm log error", e.object + ": " + e.message});
-  evidence.push_back({"logical volumes", std::to_string(rep.lvs.size()) + " (" +
-                                             std::to_string(inactive) +
-                                             " inactive; inactive is "
-                                             "not read-only)"});
+    if (e.type == "error") j->evidence.push_back({"lvm log error", e.object + ": " + e.message});
+  j->evidence.push_back({"logical volumes", std::to_string(rep.lvs.size()) + " (" +
+                                                std::to_string(inactive) +
+                                                " inactive; inactive is not read-only)"});
   if (dropped > 0)
-    evidence.push_back({"nodegate_lvm_lv_health", std::to_string(dropped) +
-                                                      " LVs over checks.lvm.max_lv_series not "
-                                                      "exported"});
+    j->evidence.push_back(
+        {"nodegate_lvm_lv_health",
+         std::to_string(dropped) + " LVs over checks.lvm.max_lv_series not exported"});
+}
+
+}  // namespace
+
+CheckResult evaluateLvm(const LvmFetch& fetch, const LvmPolicy& policy) {
+  if (auto failed = noReportResult(fetch, policy)) return withCommand(fetch, std::move(*failed));
+  const LvmReport& rep = fetch.report;
+  LvmJudgement j;
+  if (!fetch.lvm_skipped) j.evidence.push_back({"lvm report format", rep.format});
+  judgeBlindSpots(fetch, &j);
+  judgeVolumeGroups(fetch, policy, &j);
+  judgeLogicalVolumes(rep, policy, &j);
 
   CheckResult r;
-  if (rep.vgs.empty() && !managed) {
+  if (rep.vgs.empty() && policy.volume_group.empty() && j.findings.empty()) {
     r = makeResult(kCheck, Status::Pass, "NoVolumeGroups",
                    fetch.lvm_skipped ? "no block device lvm could read carries an LVM2 label: "
                                        "this host has no volume groups"
                                      : "lvm is installed but this host has no volume groups");
   } else {
-    r = combineFindings(kCheck, findings, "VolumeGroupsHealthy",
+    r = combineFindings(kCheck, j.findings, "VolumeGroupsHealthy",
                         std::to_string(rep.vgs.size()) + " volume groups complete, " +
                             "thin pools under thresholds, no unhealthy LV");
   }
-  r.evidence = std::move(evidence);
-  r.metrics = std::move(metrics);
-  return withCommand(std::move(r));
+  r.evidence = std::move(j.evidence);
+  r.metrics = std::move(j.metrics);
+  return withCommand(fetch, std::move(r));
 }
 
 CheckResult LvmProbe::run(const ProbeContext& ctx) {

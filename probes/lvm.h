@@ -7,13 +7,17 @@
 // has no local LVM storage to be unhealthy), unless the config names a managed volume group
 // (checks.lvm.volume_group), in which case the node is meant to have LVM and the same situation
 // is UNKNOWN/LvmNotFound — most often a chart whose --lvm-command cannot reach the host's lvm.
+//
+// What lvm could not see is never health: a run that failed after printing a report (exit 5,
+// a crash) and block devices the device cgroup refused each make the check UNKNOWN
+// (LvmCommandFailed, BlockDevicesRefused) unless an established fault makes it FAIL.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "lvm_report.h"
+#include "lvm_source.h"
 #include "nodegate/probe.h"
 
 namespace nodegate {

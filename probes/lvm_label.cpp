@@ -82,6 +82,11 @@ LvmLabelScan scanLvmLabels(const HostRoot& host, DeviceIo& io) {
       return scan;
     }
     auto fd = io.open(node, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd && !scan.labelled.empty()) {
+      // lvm runs anyway: the rest are only opened, to learn which ones the cgroup refuses.
+      io.close(*fd);
+      continue;
+    }
     if (!fd && fd.error().code == EPERM) {
       // EPERM on a block device is the device cgroup (or its BPF program) refusing it, not file
       // permissions (EACCES). lvm runs as our child in our cgroup and is refused the same way,
@@ -102,10 +107,8 @@ LvmLabelScan scanLvmLabels(const HostRoot& host, DeviceIo& io) {
     }
     head.resize(*got);
     ++scan.scanned;
-    if (auto sector = findLvm2Label(head)) {
+    if (auto sector = findLvm2Label(head))
       scan.labelled.push_back(name + " (sector " + std::to_string(*sector) + ")");
-      return scan;
-    }
   }
   return scan;
 }

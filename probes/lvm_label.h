@@ -8,7 +8,8 @@
 // device it cannot list, open or read leaves the answer open and the caller runs lvm. The one
 // exception is a device whose open fails with EPERM: the device cgroup refuses it to this
 // process and so to the lvm it would start (lvm skips such a device without a word), so
-// running lvm could not find a VG on it either; such devices are listed in the evidence.
+// running lvm could not find a VG on it either. Such devices are listed (denied), and the lvm
+// probe is UNKNOWN for them whatever else it finds: a refused disk is never "no volume groups".
 #pragma once
 
 #include <cstddef>
@@ -33,11 +34,13 @@ inline constexpr std::size_t kLvmLabelScanBytes = kLvmSectorSize * kLvmLabelSect
 std::optional<std::size_t> findLvm2Label(std::string_view head);
 
 struct LvmLabelScan {
-  std::size_t scanned = 0;            // devices whose first sectors were read
-  std::size_t empty = 0;              // devices of size 0 (no medium, unused loop), not read
-  std::vector<std::string> labelled;  // "vda1 (sector 1)": the scan stops at the first one
-  std::vector<std::string> denied;    // open refused with EPERM (device cgroup), see the .cpp
-  std::string error;                  // why the answer is open; empty when every device was read
+  std::size_t scanned = 0;  // devices whose first sectors were read
+  std::size_t empty = 0;    // devices of size 0 (no medium, unused loop), not read
+  // "vda1 (sector 1)": the first device found with a label; the devices after it are only
+  // opened (lvm runs anyway), to learn which ones the device cgroup refuses.
+  std::vector<std::string> labelled;
+  std::vector<std::string> denied;  // open refused with EPERM (device cgroup), see the .cpp
+  std::string error;                // why the answer is open; empty when every device was read
   // True only when every device with a size was read and none carries a label.
   bool noLabels() const { return error.empty() && labelled.empty(); }
 };

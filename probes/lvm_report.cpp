@@ -1,7 +1,5 @@
 #include "lvm_report.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -10,7 +8,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "lvm_label.h"
 #include "text.h"
 
 namespace nodegate {
@@ -21,7 +18,6 @@ using nlohmann::json;
 // lvm's reports nest four levels deep; anything much deeper is not a report, and refusing it
 // early keeps hostile input away from the recursive parts of the JSON library.
 constexpr int kMaxDepth = 32;
-constexpr std::size_t kMaxWarnings = 20;
 
 bool isWarningLine(std::string_view line) {
   line = trim(line);
@@ -114,7 +110,7 @@ Result<json> parseJsonDocument(std::string_view text, std::vector<std::string>* 
   cleaned.reserve(text.size());
   forEachLine(text, [&](std::string_view line) {
     if (isWarningLine(line)) {
-      if (warnings->size() < kMaxWarnings) warnings->emplace_back(trim(line));
+      if (warnings->size() < kMaxLvmWarnings) warnings->emplace_back(trim(line));
       return;
     }
     cleaned.append(line);
@@ -476,6 +472,13 @@ Result<std::vector<std::string>> splitCommandLine(std::string_view line) {
   return words;
 }
 
+void collectLvmWarnings(std::string_view text, std::vector<std::string>* warnings) {
+  forEachLine(text, [&](std::string_view line) {
+    if (isWarningLine(line) && warnings->size() < kMaxLvmWarnings)
+      warnings->emplace_back(trim(line));
+  });
+}
+
 std::vector<std::string> lvmFullreportArgs(std::vector<std::string> argv) {
   // `-o` alone does not select fullreport's sub-report fields; --configreport per section
   // does, and keeps the output (and the parse) small on nodes with hundreds of LVs.
@@ -510,138 +513,6 @@ std::vector<std::string> lvmFullreportArgs(std::vector<std::string> argv) {
         "segtype"})
     argv.emplace_back(a);
   return argv;
-}
-
-namespace {
-
-// Whether execvp would find prog: a name with a '/' as it is, else in one of $PATH's entries.
-bool programInstalled(const std::string& prog) {
-  if (prog.find('/') != std::string::npos) return ::access(prog.c_str(), X_OK) == 0;
-  const char* env = std::getenv("PATH");
-  std::string_view dirs = env && *env ? env : "/bin:/usr/bin";  // execvp's default
-  for (;;) {
-    const auto colon = dirs.find(':');
-    std::string dir(dirs.substr(0, colon));
-    if (::access(((dir.empty() ? "." : dir) + "/" + prog).c_str(), X_OK) == 0) return true;
-    if (colon == std::string_view::npos) return false;
-    dirs.remove_prefix(colon + 1);
-  }
-}
-
-std::string describeScan(const LvmLabelScan& scan) {
-  std::string out = std::to_string(scan.scanned) + " block devices read";
-  if (scan.empty > 0) out += " (" + std::to_string(scan.empty) + " of size 0 skipped)";
-  if (!scan.denied.empty()) {
-    out += "; open refused (EPERM, the device cgroup) for";
-    for (const auto& d : scan.denied) out += " " + d;
-    out += ", as it is for an lvm started from here";
-  }
-  if (!scan.error.empty()) return out + "; then stopped: " + scan.error + "; lvm decides";
-  if (!scan.labelled.empty()) return out + "; " + scan.labelled.front() + " carries an LVM2 label";
-  return out + "; none carries an LVM2 label";
-}
-
-}  // namespace
-
-std::shared_ptr<const LvmFetch> LvmReportSource::get(const Config& cfg,
-                                                     std::chrono::milliseconds max_age) {
-  return load(nullptr, cfg, max_age);
-}
-
-std::shared_ptr<const LvmFetch> LvmReportSource::get(const HostRoot& host, const Config& cfg,
-                                                     std::chrono::milliseconds max_age) {
-  return load(&host, cfg, max_age);
-}
-
-std::shared_ptr<const LvmFetch> LvmReportSource::load(const HostRoot* host, const Config& cfg,
-                                                      std::chrono::milliseconds max_age) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto now = std::chrono::steady_clock::now();
-  const std::string command = cfg.text(kLvmCommandSetting);
-  if (last_ && max_age.count() > 0 && last_->command == command && now - last_->at <= max_age)
-    return last_;
-
-  auto fetch = std::make_shared<LvmFetch>();
-  fetch->command = command;
-  auto done = [&]() {
-    fetch->at = std::chrono::steady_clock::now();
-    last_ = fetch;
-    return last_;
-  };
-  auto argv = splitCommandLine(command);
-  if (!argv || argv->empty()) {
-    fetch->failure = LvmRunFailure::Failed;
-    fetch->error = argv ? "failed to run lvm: the lvm command is empty" : argv.error().message;
-    return done();
-  }
-  // A managed VG or a missing lvm changes what the probe says about an LVM-less host
-  // (VolumeGroupMissing, NoLocalLvm), so only the plain case may skip lvm.
-  if (host && device_ && cfg.text(kLvmVolumeGroupSetting).empty() &&
-      programInstalled(argv->front())) {
-    const LvmLabelScan scan = scanLvmLabels(*host, *device_);
-    fetch->label_scan = describeScan(scan);
-    if (scan.noLabels()) {
-      fetch->lvm_skipped = true;
-      return done();
-    }
-  }
-  const auto timeout = std::chrono::milliseconds(
-      static_cast<long long>(std::max(0.1, cfg.probeTimeout(kLvmCheck)) * 1000));
-  const auto max_output = static_cast<std::size_t>(cfg.number(kLvmMaxOutputSetting));
-  auto run = exec_->run(lvmFullreportArgs(*argv), timeout, max_output);
-  if (!run) {
-    fetch->failure = LvmRunFailure::Failed;
-    fetch->error = run.error().message;
-    return done();
-  }
-  // Real lvm writes its warnings to stderr; keep them as evidence (missing PV uuids).
-  forEachLine(run->err, [&](std::string_view line) {
-    if (isWarningLine(line) && fetch->report.warnings.size() < kMaxWarnings)
-      fetch->report.warnings.emplace_back(trim(line));
-  });
-  auto stderr_tail = [&]() {
-    std::string_view e = trim(run->err);
-    if (e.size() > 200) e = e.substr(e.size() - 200);
-    return e.empty() ? std::string("no error output") : std::string(e);
-  };
-  if (run->timed_out) {
-    fetch->failure = LvmRunFailure::TimedOut;
-    fetch->error = "failed to run " + command + ": no answer within " +
-                   std::to_string(timeout.count()) + " ms (killed)";
-    return done();
-  }
-  if (run->truncated) {
-    fetch->failure = LvmRunFailure::Unparsable;
-    fetch->error = "failed to read lvm report: output exceeded " + std::to_string(max_output) +
-                   " bytes (killed)";
-    return done();
-  }
-  // 127 is what both our exec and nsenter/env return when the program does not exist.
-  if (run->exit_code == 127 && trim(run->out).empty()) {
-    fetch->failure = LvmRunFailure::NotFound;
-    fetch->error = "failed to run " + command + ": command not found (" + stderr_tail() + ")";
-    return done();
-  }
-  auto warnings = std::move(fetch->report.warnings);
-  auto parsed = parseLvmReport(run->out);
-  if (!parsed) {
-    fetch->failure = run->exit_code == 0 ? LvmRunFailure::Unparsable : LvmRunFailure::Failed;
-    fetch->error = run->exit_code == 0 ? parsed.error().message
-                                       : "failed to run " + command + ": exit code " +
-                                             std::to_string(run->exit_code) + ": " + stderr_tail();
-    fetch->report.warnings = std::move(warnings);
-    return done();
-  }
-  // A non-zero exit with a parsable report still describes every VG lvm could read (it exits
-  // 5 when one VG of several is unreadable); the log section and warnings say which.
-  fetch->report = std::move(*parsed);
-  for (auto& w : warnings)
-    if (fetch->report.warnings.size() < kMaxWarnings)
-      fetch->report.warnings.push_back(std::move(w));
-  if (run->exit_code != 0)
-    fetch->report.warnings.push_back("lvm exited with code " + std::to_string(run->exit_code) +
-                                     ": " + stderr_tail());
-  return done();
 }
 
 }  // namespace nodegate

@@ -1,20 +1,14 @@
-// The `lvm fullreport` JSON report: parser, lv_attr/lv_health_status decoding, and the shared
-// source that runs lvm once per cycle for both storage probes (lvm and local-pv).
+// The `lvm fullreport` JSON report: parser, lv_attr/lv_health_status decoding, the command line
+// splitter and the fullreport argv. The collector that runs lvm is lvm_source.h.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
-#include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "nodegate/config.h"
-#include "nodegate/host_root.h"
 #include "nodegate/result.h"
-#include "nodegate/seams.h"
 
 namespace nodegate {
 
@@ -124,62 +118,11 @@ Result<LvmReport> parseLvmReport(std::string_view text);
 // backslash escapes), without expanding anything. An unterminated quote is an error.
 Result<std::vector<std::string>> splitCommandLine(std::string_view line);
 
+// Appends lvm's "WARNING:" lines in text (its stderr) to warnings, up to kMaxLvmWarnings in all.
+inline constexpr std::size_t kMaxLvmWarnings = 20;
+void collectLvmWarnings(std::string_view text, std::vector<std::string>* warnings);
+
 // The argv of one fullreport run: the configured command followed by the report options.
 std::vector<std::string> lvmFullreportArgs(std::vector<std::string> command);
-
-// Why a run of lvm produced no report; kept apart from parse errors so the probe can say
-// "lvm is not installed" (a value) rather than "lvm is broken" (unknown).
-enum class LvmRunFailure { None, NotFound, TimedOut, Failed, Unparsable };
-
-struct LvmFetch {
-  LvmRunFailure failure = LvmRunFailure::None;
-  std::string error;  // "failed to run lvm: ..."
-  std::string command;
-  LvmReport report;
-  std::chrono::steady_clock::time_point at;
-  // lvm was not run: no block device carries an LVM2 label, so the (empty) report is certain.
-  bool lvm_skipped = false;
-  std::string label_scan;  // what the label scan saw, for evidence; empty when none was made
-};
-
-// Runs lvm through the Exec seam and caches the parsed report, so the local-pv probe reuses the
-// lvm probe's run of the same cycle instead of running lvm a second time.
-//
-// The lvm check's settings that govern the run itself (the thresholds are in lvm.h), read
-// here because local-pv shares the run.
-inline constexpr char kLvmCheck[] = "lvm";
-inline const SettingSpec kLvmCommandSetting =
-    textSetting(kLvmCheck, "command", "lvm",
-                "the lvm command line (no shell); the --lvm-command flag wins over it");
-inline const SettingSpec kLvmVolumeGroupSetting =
-    textSetting(kLvmCheck, "volume_group", "",
-                "the managed VG (TopoLVM, lvm-localpv): it must exist; \"\" names none", {}, 128);
-inline const SettingSpec kLvmMaxOutputSetting = integerSetting(
-    kLvmCheck, "max_output_bytes", 16 << 20, 4096, 1 << 30, "bound on what lvm may print, bytes");
-
-// With a DeviceIo, get(host, ...) first scans the host's block devices for LVM2 labels
-// (lvm_label.h) and answers "no volume groups" without running lvm when none carries one. It
-// runs lvm as before whenever that is not certain: a device it cannot read, a managed volume
-// group configured (checks.lvm.volume_group), or a command whose program is not installed (so
-// that "lvm is not installed" stays what the probe reports).
-class LvmReportSource {
- public:
-  explicit LvmReportSource(std::shared_ptr<Exec> exec, std::shared_ptr<DeviceIo> device = nullptr)
-      : exec_(std::move(exec)), device_(std::move(device)) {}
-
-  // A report no older than max_age, running lvm when the cached one is older (0: always run).
-  std::shared_ptr<const LvmFetch> get(const Config& cfg, std::chrono::milliseconds max_age);
-  // The same, allowed to skip lvm on a host without any LVM2 label (see above).
-  std::shared_ptr<const LvmFetch> get(const HostRoot& host, const Config& cfg,
-                                      std::chrono::milliseconds max_age);
-
- private:
-  std::shared_ptr<const LvmFetch> load(const HostRoot* host, const Config& cfg,
-                                       std::chrono::milliseconds max_age);
-  std::shared_ptr<Exec> exec_;
-  std::shared_ptr<DeviceIo> device_;
-  std::mutex mu_;
-  std::shared_ptr<const LvmFetch> last_;
-};
 
 }  // namespace nodegate

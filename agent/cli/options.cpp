@@ -7,7 +7,7 @@
 #include <functional>
 #include <map>
 
-#include "lvm_report.h"
+#include "lvm_source.h"
 #include "nodegate/registry.h"
 #include "publish/kube/node_state.h"
 

@@ -55,6 +55,7 @@ class DeviceIo {
 
 struct ExecResult {
   int exit_code = -1;  // -1 when killed by a signal
+  int signal = 0;      // the signal that ended the command, when exit_code is -1
   std::string out;
   std::string err;
   bool timed_out = false;
@@ -62,12 +63,18 @@ struct ExecResult {
 };
 
 // Running a host command (lvm) with a timeout and bounded output; never through a shell.
+// The timeout bounds the whole run, not just the output: a command that closes its stdout and
+// stderr and goes on running is killed at the deadline all the same, with every process of its
+// process group (nsenter -> lvm, a shell's children).
 class Exec {
  public:
   virtual ~Exec() = default;
   virtual Result<ExecResult> run(const std::vector<std::string>& argv,
                                  std::chrono::milliseconds timeout,
                                  std::size_t max_output = 16u << 20) = 0;
+  // Kills every command still running and fails every later run(): the agent calls it when it
+  // stops, so no child outlives it (a probe abandoned at its deadline may still be waiting).
+  virtual void shutdown() {}
 };
 
 // A D-Bus property value reduced to what probes compare. The signature is kept so a probe can

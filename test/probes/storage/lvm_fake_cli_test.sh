@@ -81,6 +81,20 @@ for f in garbage.txt truncated.json wrong-shape.json; do
   case $msg in "failed to parse lvm report: "*) ;; *) echo "FAIL: $f message: $msg" >&2; fails=$((fails + 1));; esac
 done
 expect "lvm exits 5" "$(check "$fake exit:5")" "UNKNOWN LvmCommandFailed"
+# A failed lvm that printed a valid (empty) report: never PASS NoVolumeGroups.
+for mode in "report-exit:5" "report-exit:139" "report-signal:SEGV" "report-signal:KILL"; do
+  expect "$mode after an empty report" "$(check "$fake $mode:$fixtures/no-vgs.json")" "UNKNOWN LvmCommandFailed"
+done
+msg=$(jq -r '.checks[] | select(.check == "lvm") | .message' "$tmp/out.json")
+case $msg in *"killed by SIGKILL"*) echo "ok: signal named";;
+  *) echo "FAIL: signal not in message: $msg" >&2; fails=$((fails + 1));; esac
+check "$fake report-signal:SEGV:$fixtures/no-vgs.json" >/dev/null
+msg=$(jq -r '.checks[] | select(.check == "lvm") | .message' "$tmp/out.json")
+case $msg in *"killed by SIGSEGV"*) echo "ok: SIGSEGV named";;
+  *) echo "FAIL: SIGSEGV not in message: $msg" >&2; fails=$((fails + 1));; esac
+# A real fault in what it printed still shows as FAIL.
+expect "exit 5 after a degraded report" "$(check "$fake report-exit:5:$fixtures/partial-vg-missing-pv.json")" "FAIL VolumeGroupDegraded"
+
 # No lvm at all is a value (no local LVM), unless a managed VG says there should be one.
 expect "no lvm" "$(check "/nonexistent/lvm-$$")" "PASS NoLocalLvm"
 echo '{"checks": {"lvm": {"volume_group": "vmdata"}}}' >"$tmp/managed.json"
@@ -103,6 +117,22 @@ if pgrep -f "sleep 6$tag" >/dev/null; then
   fails=$((fails + 1))
 fi
 echo "hanging lvm: answered in ${elapsed_ms} ms"
+
+# An lvm that closes stdout and stderr and hangs: the deadline holds on the process itself,
+# and its whole process group is gone afterwards.
+tag="$$$RANDOM"
+start=$(date +%s%N)
+got=$(check "$fake detach:$tag" "$tmp/timeout.json")
+elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+expect "lvm that closes its pipes and hangs" "$got" "UNKNOWN LvmTimeout"
+if [ "$elapsed_ms" -gt 5000 ]; then echo "FAIL: detached lvm held the run for ${elapsed_ms} ms" >&2; fails=$((fails + 1)); fi
+sleep 0.2
+if left=$(pgrep -f "sleep 6$tag"); then
+  echo "FAIL: the detached lvm's processes survived the deadline" >&2
+  kill $left || true
+  fails=$((fails + 1))
+fi
+echo "detached lvm: answered in ${elapsed_ms} ms"
 
 [ "$fails" = 0 ] || { echo "$fails failures" >&2; exit 1; }
 echo "PASS"

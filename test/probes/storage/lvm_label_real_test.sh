@@ -6,7 +6,8 @@
 #   - pvcreate (label in sector 1, lvm's default) with a VG on it, and pvcreate --labelsector 3:
 #     the scan must find the label in that sector and run lvm, which then reports the VG;
 #   - this host as it is (`nodegate check` on /): lvm skipped exactly when blkid finds no
-#     LVM2_member on any device.
+#     LVM2_member on any device; a device nobody may open (EPERM) makes it UNKNOWN
+#     BlockDevicesRefused, never PASS NoVolumeGroups.
 # Each case gets a sysfs/devfs of its own (--path.sysfs/--path.devfs) holding only the loop
 # device under test, as symlinks to the real sysfs directory and device node. lvm runs with a
 # private LVM_SYSTEM_DIR and system ID, as in lvm_real_test.sh, so the host ignores the test VG.
@@ -21,19 +22,35 @@ evidence() { jq -r --arg s "$2" '.evidence[] | select(.source == $s) | .observed
 
 # 1. This host as it is, before any test device exists. blkid -p probes the device itself
 # (no cache); a device blkid cannot open is one lvm cannot open either.
+# A device whose open is refused with EPERM (a device cgroup, or this sandbox's policy for its
+# mounted root disk) is one neither blkid nor lvm can read: nodegate must say UNKNOWN for it.
 labelled_by_blkid=()
+refused=()
 for d in /sys/class/block/*; do
   name=${d##*/}
   [ "$(cat "$d/size")" != 0 ] || continue
   node=/dev/${name//!//}
+  if ! python3 -c 'import os, sys; os.close(os.open(sys.argv[1], os.O_RDONLY | os.O_NONBLOCK))' "$node" 2>/dev/null; then
+    python3 -c 'import os, sys
+try: os.open(sys.argv[1], os.O_RDONLY | os.O_NONBLOCK)
+except PermissionError as e: sys.exit(0 if e.errno == 1 else 1)
+sys.exit(1)' "$node" && refused+=("$name")
+    continue
+  fi
   [ "$(blkid -p -s TYPE -o value "$node" 2>/dev/null || true)" = LVM2_member ] && labelled_by_blkid+=("$name")
 done
 "$NODEGATE" check --output json >"$tmp/host.json" 2>"$tmp/host.err" || true
 got=$(lvm_of "$tmp/host.json")
 scan=$(evidence "$got" "lvm label scan")
-echo "host: blkid finds LVM2 PVs on: ${labelled_by_blkid[*]:-none}; nodegate: $(evidence "$got" "lvm command") | $scan"
+echo "host: blkid finds LVM2 PVs on: ${labelled_by_blkid[*]:-none}; open refused (EPERM): ${refused[*]:-none}"
+echo "host: nodegate: $(evidence "$got" "lvm command") | $scan"
 echo "host: lvm probe took $(jq -r .duration_seconds <<<"$got") s"
-if [ "${#labelled_by_blkid[@]}" = 0 ]; then
+if [ "${#refused[@]}" != 0 ]; then
+  [ "$(jq -r .reason <<<"$got")" = BlockDevicesRefused ] || fail "host with refused ${refused[*]}: $(jq -r '"\(.status) \(.reason)"' <<<"$got")"
+  for r in "${refused[@]}"; do
+    case "$scan" in *" $r"*) ;; *) fail "host scan evidence does not name the refused $r: $scan";; esac
+  done
+elif [ "${#labelled_by_blkid[@]}" = 0 ]; then
   [ "$(evidence "$got" "lvm command")" = "lvm (not run)" ] || fail "host without PVs: lvm was run ($scan)"
   case "$scan" in *"none carries an LVM2 label") ;; *) fail "host scan evidence: $scan";; esac
   [ "$(jq -r '"\(.status) \(.reason)"' <<<"$got")" = "PASS NoVolumeGroups" ] || fail "host verdict: $got"

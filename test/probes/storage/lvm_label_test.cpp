@@ -326,7 +326,8 @@ TEST_F(LabelSourceTest, RunsLvmWhenALabelOrDoubtOrPolicySaysSo) {
   cfg_.set("lvm", "volume_group", "vg-local");
   auto managed = source.get(host_, cfg_, {});
   EXPECT_FALSE(managed->lvm_skipped);
-  EXPECT_TRUE(managed->label_scan.empty());
+  // Still scanned: a device the cgroup refuses must keep a missing VG from reading as gone.
+  EXPECT_EQ(managed->label_scan, "2 block devices read; none carries an LVM2 label");
   EXPECT_EQ(exec_->calls, 2);
   EXPECT_EQ(evaluateLvm(*managed, lvmPolicy(cfg_)).reason, "VolumeGroupMissing");
   cfg_.set("lvm", "volume_group", "");
@@ -358,6 +359,26 @@ TEST_F(LabelSourceTest, RunsLvmWhenALabelOrDoubtOrPolicySaysSo) {
   EXPECT_EQ(exec_->calls, 6);
   LvmReportSource(exec_).get(host_, cfg_, {});
   EXPECT_EQ(exec_->calls, 7);
+}
+
+// The false PASS: an unprivileged container's device cgroup refuses every block
+// device, the scan reads nothing, and "no label anywhere" must not become NoVolumeGroups.
+TEST_F(LabelSourceTest, RefusedDevicesMakeLvmUnknownNotNoVolumeGroups) {
+  addDevice("vda", 254, 0, 1 << 20, refusingOpen(EPERM));
+  addDevice("vdb", 254, 16, 1 << 20, refusingOpen(EPERM));
+  LvmReportSource source(exec_, io_);
+  auto f = source.get(host_, cfg_, {});
+  EXPECT_EQ(exec_->calls, 0);  // lvm would be refused the same devices
+  EXPECT_EQ(f->refused, (std::vector<std::string>{"vda", "vdb"}));
+  auto r = evaluateLvm(*f, lvmPolicy(cfg_));
+  EXPECT_EQ(r.status, Status::Unknown);
+  EXPECT_EQ(r.reason, "BlockDevicesRefused");
+  // One readable device with a label: lvm runs, the refused ones still keep it UNKNOWN.
+  addDevice("loop1", 7, 1, 2048, withBytes(headWithLabelAt(1)));
+  exec_->reply(readFixture("healthy.json"));
+  auto g = source.get(host_, cfg_, {});
+  EXPECT_EQ(exec_->calls, 1);
+  EXPECT_EQ(evaluateLvm(*g, lvmPolicy(cfg_)).reason, "BlockDevicesRefused");
 }
 
 }  // namespace

@@ -45,6 +45,21 @@ echo "vg size $got_size (vgs: $want_size), free $got_free (vgs: $want_free)"
 # The host's own lvm must not see the test VG (foreign system ID).
 if lvm vgs --noheadings -o vg_name 2>/dev/null | grep -qw "$vg"; then fail "host lvm sees the test VG"; fi
 
+# 1b. The real lvm run as a non-root user: it prints an empty, valid report and exits 5
+# (/run/lock/lvm: permission denied, no device readable). A failed run is never a healthy result:
+# UNKNOWN LvmCommandFailed, never PASS NoVolumeGroups. The empty host root makes the label scan
+# undecided, so lvm runs.
+nobody_cmd="setpriv --reuid=65534 --regid=65534 --clear-groups lvm"
+real_out=$(setpriv --reuid=65534 --regid=65534 --clear-groups lvm fullreport --reportformat json 2>/dev/null) && real_rc=0 || real_rc=$?
+echo "lvm as uid 65534: exit $real_rc, stdout $(tr -d ' \n' <<<"$real_out")"
+[ "$real_rc" != 0 ] || fail "lvm as a non-root user exited 0: this test no longer shows a failing lvm"
+"$NODEGATE" check --output json --host-root "$tmp/root" --lvm-command "$nobody_cmd" \
+  >"$tmp/nobody.json" 2>"$tmp/err.txt" || true
+got=$(jq -c '.checks[] | select(.check == "lvm")' "$tmp/nobody.json")
+echo "non-root lvm: $(jq -r '"\(.status) \(.reason): \(.message)"' <<<"$got")"
+[ "$(jq -r '"\(.status) \(.reason)"' <<<"$got")" = "UNKNOWN LvmCommandFailed" ] || fail "non-root lvm: $got"
+case "$(jq -r .message <<<"$got")" in *"exit code $real_rc"*) ;; *) fail "non-root lvm message: $got";; esac
+
 # 2. Detach the second PV's loop device: a real missing PV.
 losetup -d "${loops[1]}"
 unset 'loops[1]'

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include "storage_fakes.h"
 
 namespace nodegate {
@@ -315,13 +317,24 @@ TEST(LvmReportSource, RunsOncePerCycleAndClassifiesFailures) {
   EXPECT_EQ(failed->failure, LvmRunFailure::Failed);
   EXPECT_TRUE(contains(failed->error, "exit code 5")) << failed->error;
   EXPECT_TRUE(contains(failed->error, "not found")) << failed->error;
-  // Exit 5 with a report (one VG of several unreadable): keep the report, note the exit.
+  // Exit 5 with a report (one VG of several unreadable): keep the report, mark the failure.
   exec->reply(readFixture("healthy.json"), 5, "  WARNING: Couldn't find device with uuid x.\n");
   auto partial = src.get(cfg, {});
   EXPECT_EQ(partial->failure, LvmRunFailure::None);
-  ASSERT_EQ(partial->report.warnings.size(), 2u);
+  ASSERT_EQ(partial->report.warnings.size(), 1u);
   EXPECT_TRUE(contains(partial->report.warnings[0], "Couldn't find device"));
-  EXPECT_TRUE(contains(partial->report.warnings[1], "exited with code 5"));
+  EXPECT_TRUE(contains(partial->run_error, "exit code 5")) << partial->run_error;
+  // Killed by a signal after printing: the same, named by the signal.
+  exec->reply(readFixture("no-vgs.json"), -1, "");
+  exec->next.signal = SIGSEGV;
+  auto crashed = src.get(cfg, {});
+  EXPECT_EQ(crashed->failure, LvmRunFailure::None);
+  EXPECT_EQ(crashed->run_error, "killed by SIGSEGV: no error output");
+  exec->reply("", -1, "");
+  exec->next.signal = SIGSEGV;
+  auto crashed_silent = src.get(cfg, {});
+  EXPECT_EQ(crashed_silent->failure, LvmRunFailure::Failed);
+  EXPECT_TRUE(contains(crashed_silent->error, "killed by SIGSEGV")) << crashed_silent->error;
   exec->next = ExecResult{};
   exec->next.timed_out = true;
   EXPECT_EQ(src.get(cfg, {})->failure, LvmRunFailure::TimedOut);
@@ -332,6 +345,81 @@ TEST(LvmReportSource, RunsOncePerCycleAndClassifiesFailures) {
   auto split = src.get(cfg, {});
   EXPECT_EQ(split->failure, LvmRunFailure::Failed);
   EXPECT_TRUE(contains(split->error, "unterminated single quote"));
+}
+
+// A failed lvm run is never a healthy result, whatever it printed (issue: the real lvm run as a
+// non-root user prints an empty, valid report and exits 5; a crash after printing).
+TEST(LvmEvaluate, AFailedRunIsNeverHealthy) {
+  for (const char* fixture : {"no-vgs.json", "healthy.json", "no-vgs.std.json"}) {
+    for (const char* how :
+         {"exit code 5: /run/lock/lvm/P_global:aux: open failed: Permission denied",
+          "exit code 139: no error output", "killed by SIGSEGV: no error output"}) {
+      auto f = fetchOf(fixture);
+      f.run_error = how;
+      auto r = evaluateLvm(f, LvmPolicy{});
+      EXPECT_EQ(r.status, Status::Unknown) << fixture << " " << how;
+      EXPECT_EQ(r.reason, "LvmCommandFailed") << fixture << " " << how;
+      EXPECT_TRUE(contains(r.message, how)) << r.message;
+      EXPECT_FALSE(r.hint.empty());
+    }
+  }
+  // An established fault in what lvm could read still outranks the doubt.
+  auto f = fetchOf("partial-vg-missing-pv.json");
+  f.run_error = "exit code 5: no error output";
+  auto r = evaluateLvm(f, LvmPolicy{});
+  EXPECT_EQ(r.status, Status::Fail);
+  EXPECT_EQ(r.reason, "VolumeGroupDegraded");
+  EXPECT_TRUE(contains(r.message, "lvm failed (exit code 5")) << r.message;
+  // A managed VG absent from a failed run's report is not known to be gone.
+  auto g = fetchOf("no-vgs.json");
+  g.run_error = "exit code 5: no error output";
+  LvmPolicy managed;
+  managed.volume_group = "vmdata";
+  auto m = evaluateLvm(g, managed);
+  EXPECT_EQ(m.status, Status::Unknown);
+}
+
+// Devices the device cgroup refused hide whatever volume groups they hold.
+TEST(LvmEvaluate, RefusedBlockDevicesAreNeverNoVolumeGroups) {
+  LvmFetch skipped;
+  skipped.command = "lvm";
+  skipped.lvm_skipped = true;
+  skipped.refused = {"vda", "vdb"};
+  skipped.label_scan = "0 block devices read; open refused (EPERM, the device cgroup) for vda vdb";
+  auto r = evaluateLvm(skipped, LvmPolicy{});
+  EXPECT_EQ(r.status, Status::Unknown);
+  EXPECT_EQ(r.reason, "BlockDevicesRefused");
+  EXPECT_TRUE(contains(r.message, "2 block devices (vda, vdb) was refused")) << r.message;
+  EXPECT_TRUE(contains(r.hint, "device-probe")) << r.hint;
+
+  // lvm ran and found a VG on a readable device: still UNKNOWN, the refused ones are unseen.
+  auto ran = fetchOf("healthy.json");
+  ran.refused = {"nvme0n1"};
+  EXPECT_EQ(evaluateLvm(ran, LvmPolicy{}).reason, "BlockDevicesRefused");
+  // A managed VG not seen through refused devices: UNKNOWN, never a false VolumeGroupMissing.
+  auto none = fetchOf("no-vgs.json");
+  none.refused = {"vda"};
+  LvmPolicy managed;
+  managed.volume_group = "vmdata";
+  auto m = evaluateLvm(none, managed);
+  EXPECT_EQ(m.status, Status::Unknown);
+  EXPECT_TRUE(contains(m.message, "vmdata is not in a report that cannot see every disk"))
+      << m.message;
+  none.refused.clear();
+  EXPECT_EQ(evaluateLvm(none, managed).reason, "VolumeGroupMissing");
+}
+
+TEST(LvmEvaluate, HelperThatDoesNotAnswer) {
+  LvmFetch f;
+  f.command = "lvm (device-probe helper)";
+  f.failure = LvmRunFailure::HelperUnavailable;
+  f.error =
+      "failed to ask the device-probe helper at /run/nodegate/device-probe.sock: connect: "
+      "Connection refused";
+  auto r = evaluateLvm(f, LvmPolicy{});
+  EXPECT_EQ(r.status, Status::Unknown);
+  EXPECT_EQ(r.reason, "DeviceProbeUnavailable");
+  EXPECT_EQ(r.message, f.error);
 }
 
 TEST(LvmProbe, RunsThroughTheSeam) {
