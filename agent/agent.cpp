@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "device_probe_client.h"
 #include "extension.h"
 #include "kube_wiring.h"
 #include "loop/runner.h"
@@ -25,6 +27,41 @@
 #include "triggers/kernel_events.h"
 
 namespace nodegate {
+namespace {
+
+// The helper's client, once the helper answers hello or kHelperStartWait has passed: both
+// containers of the pod start together, and a first cycle run before the helper's socket exists
+// would publish the device checks UNKNOWN until the next resync. The log says which it was.
+std::shared_ptr<const devprobe::Client> deviceProbeClient(const std::string& socket) {
+  constexpr auto kHelperStartWait = std::chrono::seconds(10);
+  auto client = std::make_shared<devprobe::Client>(socket);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto give_up = t0 + kHelperStartWait;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        give_up - std::chrono::steady_clock::now());
+    auto hello =
+        client->call(devprobe::Request{devprobe::Op::Hello, std::nullopt},
+                     std::clamp(left, devprobe::kMinDeadline, devprobe::kDeviceCheckDeadline));
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - t0);
+    if (hello) {
+      log::info("device-probe helper answers", {{"socket", socket},
+                                                {"version", hello->value("version", "")},
+                                                {"host_root", hello->value("host_root", "")},
+                                                {"waited_ms", std::to_string(waited.count())}});
+      return client;
+    }
+    if (std::chrono::steady_clock::now() + std::chrono::milliseconds(200) >= give_up) {
+      log::warn("device-probe helper does not answer: device checks fall back to this container",
+                {{"socket", socket}, {"error", hello.error().message}});
+      return client;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+}  // namespace
 
 int runAgent(const Options& opts) {
   // glibc gives each thread that allocates an arena of its own (up to 8 per core); the agent's
@@ -75,6 +112,7 @@ int runAgent(const Options& opts) {
   auto seams = productionSeams();
   seams.api_pvs = kube->api_pvs;
   seams.cluster_dns = cluster_dns;
+  if (!opts.device_probe.empty()) seams.device_probe = deviceProbeClient(opts.device_probe);
   auto runner = std::make_shared<Runner>(makeProbes(seams), host, initial_config, ro);
   runner->addPublisher(std::make_shared<MetricsPublisher>(registry));
   runner->addPublisher(kube->publisher);

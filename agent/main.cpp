@@ -1,4 +1,4 @@
-// nodegate: one binary, four commands. main() parses, sets the log level and dispatches.
+// nodegate: one binary, five commands. main() parses, sets the log level and dispatches.
 #include <iostream>
 
 #include "cli/commands.h"
@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   }
   if (cmd == "check") return runCheck(*opts);
   if (cmd == "agent") return runAgent(*opts);
+  if (cmd == "device-probe") return runDeviceProbe(*opts);
   if (cmd == "dns") {
     if (opts->args.empty() || opts->args[0] != "trace") {
       std::cerr << "nodegate: usage: nodegate dns trace [--vmi NS/NAME] [--follow]\n";

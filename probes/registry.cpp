@@ -5,6 +5,7 @@
 #include "cgroups.h"
 #include "cpu_level.h"
 #include "cpu_virt.h"
+#include "device_probe_client.h"
 #include "dns_path.h"
 #include "hugepages.h"
 #include "iommu.h"
@@ -26,7 +27,22 @@ namespace {
 struct Shared {
   const Seams& seams;
   std::shared_ptr<LvmReportSource> lvm_reports;
+  // The device checks ask the device-probe helper first when there is one.
+  std::unique_ptr<Probe> device(std::unique_ptr<Probe> local) const {
+    return devprobe::viaDeviceProbe(std::move(local), seams.device_probe);
+  }
 };
+
+// lvm and local-pv share one lvm run per cycle through this source; its block-device work is
+// the helper's when there is one.
+std::shared_ptr<LvmReportSource> lvmReports(const Seams& seams) {
+  std::shared_ptr<LvmAccess> access;
+  if (seams.device_probe)
+    access = std::make_shared<devprobe::HelperLvmAccess>(seams.device_probe);
+  else
+    access = std::make_shared<LocalLvmAccess>(seams.exec, seams.device);
+  return std::make_shared<LvmReportSource>(access);
+}
 
 struct Entry {
   const ProbeSpec* spec;
@@ -41,9 +57,9 @@ std::unique_ptr<Probe> make(A&&... args) {
 const Entry kEntries[] = {
     {&kCpuVirtSpec, [](Shared&) { return make<CpuVirtProbe>(); }},
     {&kCpuLevelSpec, [](Shared&) { return make<CpuLevelProbe>(); }},
-    {&kKvmDeviceSpec, [](Shared& s) { return make<KvmDeviceProbe>(s.seams.device); }},
-    {&kVhostNetSpec, [](Shared& s) { return make<VhostNetProbe>(s.seams.device); }},
-    {&kTunSpec, [](Shared& s) { return make<TunProbe>(s.seams.device); }},
+    {&kKvmDeviceSpec, [](Shared& s) { return s.device(make<KvmDeviceProbe>(s.seams.device)); }},
+    {&kVhostNetSpec, [](Shared& s) { return s.device(make<VhostNetProbe>(s.seams.device)); }},
+    {&kTunSpec, [](Shared& s) { return s.device(make<TunProbe>(s.seams.device)); }},
     {&kKernelModulesSpec, [](Shared&) { return make<KernelModulesProbe>(); }},
     {&kNestedVirtSpec, [](Shared&) { return make<NestedVirtProbe>(); }},
     {&kIommuSpec, [](Shared&) { return make<IommuProbe>(); }},
@@ -64,7 +80,7 @@ const Entry kEntries[] = {
 }  // namespace
 
 ProbeList makeProbes(const Seams& seams) {
-  Shared shared{seams, std::make_shared<LvmReportSource>(seams.exec, seams.device)};
+  Shared shared{seams, lvmReports(seams)};
   ProbeList p;
   for (const auto& e : kEntries) p.push_back(e.make(shared));
   return p;

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "device_probe_client.h"
 #include "loop/runner.h"
 #include "nodegate/json.h"
 #include "nodegate/registry.h"
@@ -98,6 +99,9 @@ int runCheck(const Options& opts) {
     return 2;
   }
   HostRoot host = opts.hostRoot();
+  auto seams = productionSeams();
+  if (!opts.device_probe.empty())
+    seams.device_probe = std::make_shared<devprobe::Client>(opts.device_probe);
   // A few probes wait (lvm as a child process, D-Bus calls, the kernel building a VM), so a
   // one-shot check runs probes side by side; the table keeps registry order. Three threads take
   // the probes in turn rather than one thread each: most probes are file reads of microseconds,
@@ -107,7 +111,7 @@ int runCheck(const Options& opts) {
   // in the agent (checks.<probe>.timeout_seconds): a probe that hangs is UNKNOWN/ProbeTimeout.
   RunnerOptions ro;
   ro.max_parallel = kCheckThreads;
-  Runner runner(makeProbes(productionSeams()), host, *cfg, ro);
+  Runner runner(makeProbes(seams), host, *cfg, ro);
   const std::vector<CheckResult> results = runner.runOnce();
   const auto blockers = gateBlockers(results, *cfg);
 

@@ -66,6 +66,7 @@ commands:
   check            one-shot preflight of this host (exit 0 all pass, 1 any FAIL,
                    2 usage error, 3 only WARN/UNKNOWN besides passes)
   agent            the daemon: probes on events and timer, HTTP endpoint, Kubernetes publishing
+  device-probe     the privileged helper: fixed device checks over a unix socket
   dns trace        guest DNS queries hop by hop (asks a running agent)
   version          print the version
 
@@ -75,6 +76,10 @@ host paths:
   --path.sysfs DIR       override <host-root>/sys
   --path.devfs DIR       override <host-root>/dev
   --path.rootfs DIR      override <host-root> for files such as /lib/modules
+
+check and agent:
+  --device-probe PATH    ask the device-probe helper on this socket for the device checks
+                         (kvm-device, vhost-net, tun) and the block-device work of lvm
 
 check:
   --output table|json    output format (default table)
@@ -99,7 +104,13 @@ agent:
 
 environment (a flag beats its variable; the chart sets them, so `kubectl exec ... nodegate check`
 in the agent's container runs with the agent's settings):
-  NODEGATE_HOST_ROOT, NODEGATE_CONFIG, NODEGATE_LVM_COMMAND, NODEGATE_RUNBOOK_BASE_URL
+  NODEGATE_HOST_ROOT, NODEGATE_CONFIG, NODEGATE_LVM_COMMAND, NODEGATE_RUNBOOK_BASE_URL,
+  NODEGATE_DEVICE_PROBE
+
+device-probe:
+  --socket PATH            the unix socket to serve (mode 0600; root clients only)
+  --lvm-command "CMD ARGS" the fixed lvm it runs (default "lvm"); --host-root and --path.*
+                           as for check
 
 dns trace:
   --vmi NS/NAME   only this VMI
@@ -183,6 +194,8 @@ std::map<std::string, Setter> valuedFlags(Options& o) {
          return {};
        }},
       {"--lvm-command", str(&o.lvm_command)},
+      {"--device-probe", str(&o.device_probe)},
+      {"--socket", str(&o.socket_path)},
       {"--resync",
        [&o](const std::string& v) -> Result<void> {
          double s = 0;
@@ -213,7 +226,8 @@ Result<Options> parseOptions(int argc, char** argv) {
   for (auto [var, dst] :
        {std::pair{"NODEGATE_HOST_ROOT", &o.host_root}, std::pair{"NODEGATE_CONFIG", &o.config_path},
         std::pair{"NODEGATE_LVM_COMMAND", &o.lvm_command},
-        std::pair{"NODEGATE_RUNBOOK_BASE_URL", &o.runbook_base_url}})
+        std::pair{"NODEGATE_RUNBOOK_BASE_URL", &o.runbook_base_url},
+        std::pair{"NODEGATE_DEVICE_PROBE", &o.device_probe}})
     if (const char* v = std::getenv(var); v && *v) *dst = v;
   const std::map<std::string, Setter> valued = valuedFlags(o);
   std::map<std::string, bool*> boolean = {{"--taint", &o.taint}, {"--follow", &o.follow}};
@@ -257,8 +271,8 @@ Result<Options> parseOptions(int argc, char** argv) {
       o.args.push_back(a);
   }
   if (o.command.empty()) return usageError("no command given");
-  if (o.command != "check" && o.command != "agent" && o.command != "dns" &&
-      o.command != "version" && o.command != "help")
+  if (o.command != "check" && o.command != "agent" && o.command != "device-probe" &&
+      o.command != "dns" && o.command != "version" && o.command != "help")
     return usageError("unknown command \"" + o.command + "\"");
   // Label syntax is checked here, not by the API server: a 422 on every write would leave the
   // agent running, healthy-looking and publishing nothing.

@@ -12,7 +12,7 @@
 namespace nodegate {
 
 struct Options {
-  std::string command;            // check | agent | dns | version | help
+  std::string command;            // check | agent | device-probe | dns | version | help
   std::vector<std::string> args;  // positional words after the command ("trace" for dns)
 
   // Host paths.
@@ -37,6 +37,11 @@ struct Options {
   bool gate_label_set = false;  // --gate-label given (else it follows --prefix)
   bool taint = false;
   std::string lvm_command = "lvm";
+  // agent and check: the device-probe helper's socket (empty: none, do the device work here)
+  std::string device_probe;
+
+  // device-probe: the socket to serve
+  std::string socket_path;
   double resync_seconds = 60;
   std::string dns_trace = "auto";  // auto | on | off
   std::vector<std::string> dns_netns;
@@ -59,7 +64,8 @@ struct Options {
 // settings come from the environment so that a check run by hand in the agent's container
 // (`kubectl exec … nodegate check`) uses exactly what the agent uses; the chart sets them:
 //   NODEGATE_HOST_ROOT (--host-root), NODEGATE_CONFIG (--config),
-//   NODEGATE_LVM_COMMAND (--lvm-command), NODEGATE_RUNBOOK_BASE_URL (--runbook-base-url).
+//   NODEGATE_LVM_COMMAND (--lvm-command), NODEGATE_RUNBOOK_BASE_URL (--runbook-base-url),
+//   NODEGATE_DEVICE_PROBE (--device-probe).
 // A flag beats its variable.
 Result<Options> parseOptions(int argc, char** argv);
 

@@ -182,6 +182,9 @@ class Netlink {
 
 class PvSource;         // probes/local_pv.h
 class ClusterDnsBoard;  // probes/dns_path.h
+namespace devprobe {
+class Client;  // probes/device_probe_client.h
+}
 
 // The production seams; the agent adds what needs its API connection (api_pvs, cluster_dns).
 struct Seams {
@@ -197,6 +200,9 @@ struct Seams {
   // dns-path's view of the cluster (Cilium's settings), written by the agent's cluster-DNS
   // reader (agent/kube/cluster_dns.h); null in `nodegate check`.
   std::shared_ptr<const ClusterDnsBoard> cluster_dns;
+  // The device-probe helper (`--device-probe PATH`): when set, the device checks and lvm's
+  // block-device work are asked of it (probes/device_probe_client.h); null: done here.
+  std::shared_ptr<const devprobe::Client> device_probe;
 };
 
 // Real implementations (probes/sys/). makeSysDBus alone serves the agent's D-Bus watchers,

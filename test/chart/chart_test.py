@@ -54,6 +54,12 @@ def env_of(container):
     return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
 
 
+def device_probe_container(docs):
+    ds = one(docs, "DaemonSet")
+    found = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "device-probe"]
+    return ds, (found[0] if found else None)
+
+
 def rules_of(role):
     """RBAC rules as a set of (group, resource, verb, resourceName) tuples."""
     out = set()
@@ -74,17 +80,21 @@ def agent_flags():
 
 
 ALL_CASES = ["defaults-1.31", "defaults-1.29", "privileged-1.31", "monitoring-1.31", "monitoring-1.29",
-             "custom-1.31"]
+             "custom-1.31", "no-device-probe-1.31"]
 UNPRIVILEGED = [c for c in ALL_CASES if not c.startswith("privileged")]
 
 
 class LeastPrivilege(unittest.TestCase):
     def test_default_is_not_privileged(self):
+        # The device-probe container is the one privileged thing (class DeviceProbe below).
         for case in ["defaults-1.31", "defaults-1.29"]:
-            with open(os.path.join(RENDER, case + ".yaml")) as f:
-                self.assertNotRegex(f.read(), r"privileged:\s*true", case)
-            _, c = agent_container(load(case))
+            ds, c = agent_container(load(case))
             self.assertIs(c["securityContext"]["privileged"], False, case)
+            privileged = [x["name"] for x in ds["spec"]["template"]["spec"]["containers"]
+                          if x.get("securityContext", {}).get("privileged")]
+            self.assertEqual(privileged, ["device-probe"], case)
+        with open(os.path.join(RENDER, "no-device-probe-1.31.yaml")) as f:
+            self.assertNotRegex(f.read(), r"privileged:\s*true")
 
     def test_capabilities_dropped_and_readded_one_by_one(self):
         for case in UNPRIVILEGED:
@@ -146,6 +156,71 @@ class LeastPrivilege(unittest.TestCase):
         self.assertIs(spec["hostPID"], True)
         self.assertIs(spec["hostNetwork"], True)
         self.assertEqual(spec["dnsPolicy"], "ClusterFirstWithHostNet")
+
+
+class DeviceProbe(unittest.TestCase):
+    """Privilege separation: the helper container and how the agent reaches it."""
+    SOCKET = "/run/nodegate/device-probe.sock"
+
+    def test_helper_container(self):
+        for case in ["defaults-1.31", "defaults-1.29", "monitoring-1.31", "custom-1.31"]:
+            ds, h = device_probe_container(load(case))
+            self.assertIsNotNone(h, case)
+            sc = h["securityContext"]
+            self.assertIs(sc["privileged"], True, case)
+            self.assertIs(sc["readOnlyRootFilesystem"], True, case)
+            self.assertNotIn("ports", h, f"{case}: the helper has no listener")
+            self.assertEqual(h["args"][:4], ["device-probe", "--socket=" + self.SOCKET, "--host-root=/host",
+                                             "--lvm-command=nsenter -t 1 -m -- lvm"], case)
+            self.assertEqual(h["image"], agent_container(load(case))[1]["image"], case)
+            # The helper runs the lvm the agent would.
+            self.assertEqual(h["args"][3], "--lvm-command=" + env_of(agent_container(load(case))[1])["NODEGATE_LVM_COMMAND"], case)
+            flags = agent_flags()
+            for a in h["args"][1:]:
+                self.assertIn(a.split("=", 1)[0], flags, f"{case}: {a} is not a flag of nodegate")
+            vols = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
+            mounts = {m["mountPath"]: m for m in h["volumeMounts"]}
+            for host in ["/proc", "/sys", "/dev"]:
+                self.assertIs(mounts["/host" + host].get("readOnly"), True, f"{case} {host}")
+            self.assertIn("emptyDir", vols[mounts["/run/nodegate"]["name"]], case)
+            self.assertNotIn("/var/run/secrets/kubernetes.io/serviceaccount", mounts, case)
+            self.assertNotIn("env", h, f"{case}: the helper needs no environment")
+
+    def test_no_token_for_the_helper_and_the_agents_token(self):
+        ds, c = agent_container(load("defaults-1.31"))
+        spec = ds["spec"]["template"]["spec"]
+        self.assertIs(spec["automountServiceAccountToken"], False)
+        vols = {v["name"]: v for v in spec["volumes"]}
+        mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+        tok = mounts["/var/run/secrets/kubernetes.io/serviceaccount"]
+        self.assertIs(tok.get("readOnly"), True)
+        sources = vols[tok["name"]]["projected"]["sources"]
+        # Exactly what the kubelet's own kube-api-access volume holds.
+        self.assertEqual(sources[0]["serviceAccountToken"]["path"], "token")
+        self.assertEqual(sources[1]["configMap"], {"name": "kube-root-ca.crt",
+                                                   "items": [{"key": "ca.crt", "path": "ca.crt"}]})
+        self.assertEqual(sources[2]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"], "metadata.namespace")
+
+    def test_agent_uses_the_socket_read_only(self):
+        # Through the environment, so that `kubectl exec ... nodegate check` in the agent's
+        # container asks the helper too.
+        ds, c = agent_container(load("defaults-1.31"))
+        self.assertEqual(env_of(c).get("NODEGATE_DEVICE_PROBE"), self.SOCKET)
+        self.assertFalse([a for a in c["args"] if a.startswith("--device-probe")])
+        m = {m["mountPath"]: m for m in c["volumeMounts"]}["/run/nodegate"]
+        self.assertIs(m.get("readOnly"), True)
+
+    def test_off_and_with_a_privileged_agent(self):
+        for case in ["no-device-probe-1.31", "privileged-1.31"]:
+            ds, h = device_probe_container(load(case))
+            self.assertIsNone(h, case)
+            _, c = agent_container(load(case))
+            self.assertFalse([a for a in c["args"] if a.startswith("--device-probe")], case)
+            self.assertNotIn("NODEGATE_DEVICE_PROBE", env_of(c), case)
+            spec = ds["spec"]["template"]["spec"]
+            self.assertNotIn("automountServiceAccountToken", spec, case)
+            self.assertNotIn("/var/run/secrets/kubernetes.io/serviceaccount",
+                             {m["mountPath"] for m in c["volumeMounts"]}, case)
 
 
 class DaemonSet(unittest.TestCase):

@@ -8,7 +8,12 @@
 #     staging tree and the host's /usr (standing in for the Debian layer), with every volume of the
 #     DaemonSet that `helm template` renders mounted where the chart mounts it, the capability set
 #     the chart grants (setpriv bounding set), and exactly the container args the chart renders;
-#     it must become ready (/readyz) and serve /metrics and the debug page.
+#     it must become ready (/readyz) and serve /metrics and the debug page;
+#  4. the chart's second container, the device-probe helper, runs from the same root with its own
+#     volumes and args and full capabilities (privileged), sharing the device-probe emptyDir with
+#     the agent: the agent's device checks must be answered by it, and `nodegate check` inside the
+#     agent's container with nothing but the container's environment (the preflight of
+#     docs/install.md, `kubectl exec ... -c nodegate -- nodegate check`) must agree.
 # With IMAGE_ROOTFS=DIR (test/chart/image_build_test.sh) steps 1-2 are skipped and the root is
 # DIR, an unpacked built image, with nothing of the host's /usr.
 # Root only (mount namespaces, chroot). Ports 19830/19831. Test values: the ports and dnsTrace=off.
@@ -23,9 +28,13 @@ helm=$("$src/tools/helm.sh") || { echo "FAIL: helm is not available" >&2; exit 1
 
 work=$(mktemp -d /tmp/nodegate-image.XXXXXX)
 dbus_pid=""
+inner=""
 cleanup() {
+  if [ -n "$inner" ]; then kill "$inner" 2>/dev/null || true; fi
   if [ -n "$dbus_pid" ]; then kill "$dbus_pid" 2>/dev/null || true; fi
-  if [ -f "$work/agent.pid" ]; then kill "$(cat "$work/agent.pid")" 2>/dev/null || true; fi
+  for p in agent helper; do
+    if [ -f "$work/$p.pid" ]; then kill "$(cat "$work/$p.pid")" 2>/dev/null || true; fi
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -80,30 +89,45 @@ bash "$src/test/chart/py.sh" - "$work/render.yaml" "$work" <<'PY'
 import json, sys, yaml, shlex
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 work = sys.argv[2]
+import os
 (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
 spec = ds["spec"]["template"]["spec"]
-(c,) = spec["containers"]
+containers = {x["name"]: x for x in spec["containers"]}
+c = containers["nodegate"]
 vols = {v["name"]: v for v in spec["volumes"]}
 cms = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
-with open(f"{work}/mounts", "w") as out:
-    for m in c["volumeMounts"]:
-        v = vols[m["name"]]
-        ro = "ro" if m.get("readOnly") else "rw"
-        if "hostPath" in v:
-            out.write(f"hostPath {v['hostPath']['path']} {v['hostPath'].get('type', '')} {m['mountPath']} {ro}\n")
-        elif "configMap" in v:
-            d = f"{work}/configmap-{m['name']}"
-            import os
-            os.makedirs(d)
-            for k, val in cms[v["configMap"]["name"]]["data"].items():
-                open(f"{d}/{k}", "w").write(val)
-            out.write(f"dir {d} - {m['mountPath']} {ro}\n")
-        elif "emptyDir" in v:
-            out.write(f"emptyDir - - {m['mountPath']} rw\n")
-        else:
-            sys.exit(f"unsupported volume {v}")
+def write_mounts(container, path):
+    with open(path, "w") as out:
+        for m in container["volumeMounts"]:
+            v = vols[m["name"]]
+            ro = "ro" if m.get("readOnly") else "rw"
+            if "hostPath" in v:
+                out.write(f"hostPath {v['hostPath']['path']} {v['hostPath'].get('type', '')} {m['mountPath']} {ro}\n")
+            elif "configMap" in v:
+                d = f"{work}/configmap-{m['name']}"
+                os.makedirs(d, exist_ok=True)
+                for k, val in cms[v["configMap"]["name"]]["data"].items():
+                    open(f"{d}/{k}", "w").write(val)
+                out.write(f"dir {d} - {m['mountPath']} {ro}\n")
+            elif "emptyDir" in v:
+                # One directory per volume: containers of the pod share it.
+                out.write(f"emptyDir {m['name']} - {m['mountPath']} {ro}\n")
+            elif "projected" in v:
+                # The service-account token the kubelet would project: none without a cluster.
+                d = f"{work}/projected-{m['name']}"
+                os.makedirs(d, exist_ok=True)
+                out.write(f"dir {d} - {m['mountPath']} {ro}\n")
+            else:
+                sys.exit(f"unsupported volume {v}")
+write_mounts(c, f"{work}/mounts")
 with open(f"{work}/args", "w") as out:
     out.write(" ".join(shlex.quote(a) for a in c["args"]) + "\n")
+h = containers.get("device-probe")
+if h is None or not h["securityContext"].get("privileged"):
+    sys.exit("the chart renders no privileged device-probe container")
+write_mounts(h, f"{work}/helper-mounts")
+with open(f"{work}/helper-args", "w") as out:
+    out.write(" ".join(shlex.quote(a) for a in h["args"]) + "\n")
 caps = c["securityContext"]["capabilities"]["add"]
 with open(f"{work}/caps", "w") as out:
     out.write(",".join("+" + x.lower() for x in caps) + "\n")
@@ -113,6 +137,7 @@ with open(f"{work}/env", "w") as out:
             out.write(f"{e['name']}={e['value']}\n")
 PY
 echo "container args: $(cat "$work/args")"
+echo "helper args:    $(cat "$work/helper-args")"
 echo "capabilities:   $(cat "$work/caps")"
 
 # The host has no system bus (ENVIRONMENT.md): a private dbus-daemon's socket in a directory of
@@ -124,56 +149,79 @@ for _ in $(seq 50); do [ -S "$work/run-dbus/system_bus_socket" ] && break; sleep
 
 cat >"$work/inner.sh" <<'INNER'
 #!/usr/bin/env bash
-# Runs inside `unshare -m`: builds the container's view and starts the agent.
+# Runs inside `unshare -m`: builds each container's view of the image and its volumes, starts
+# the device-probe helper (privileged: every capability) and the agent (the chart's capabilities).
 set -euo pipefail
-work=$1 root=$2
-if [ "$3" = staged ]; then
-  mkdir -p "$root"/{proc,sys,dev,tmp,etc,usr/bin,usr/sbin,usr/lib,usr/lib64,usr/share}
-  for d in bin sbin lib lib64; do ln -sfn "usr/$d" "$root/$d"; done
-  cp -a /etc/ld.so.cache /etc/passwd /etc/group /etc/nsswitch.conf /etc/hosts "$root/etc/"
+work=$1 image=$2 image_mode=$3
+if [ "$image_mode" = staged ]; then
+  mkdir -p "$image"/{proc,sys,dev,tmp,etc,usr/bin,usr/sbin,usr/lib,usr/lib64,usr/share}
+  for d in bin sbin lib lib64; do ln -sfn "usr/$d" "$image/$d"; done
+  cp -a /etc/ld.so.cache /etc/passwd /etc/group /etc/nsswitch.conf /etc/hosts "$image/etc/"
 fi
-mkdir -p "$root"/{proc,sys,dev,tmp}
-mount --bind "$root" "$root"
-if [ "$3" = staged ]; then
-  # The Debian layer of the image: the host's /usr, read-only.
-  for d in usr/bin usr/sbin usr/lib usr/lib64 usr/share; do
-    mount --bind "/$d" "$root/$d" && mount -o remount,bind,ro "$root/$d"
-  done
-fi
-# What every container gets from its runtime.
-mount -t proc proc "$root/proc"
-mount --rbind /sys "$root/sys" && mount -o remount,bind,ro "$root/sys"
-mount --bind /dev "$root/dev"
-# The chart's volumes.
-while read -r kind src type dst mode; do
-  case "$kind" in
-    hostPath)
-      if [ "$src" = /run/dbus ] && [ ! -S /run/dbus/system_bus_socket ]; then src=$work/run-dbus; fi
-      if [ ! -e "$src" ]; then
-        case "$type" in
-          # The kubelet would create it on the node; create it in the work dir instead.
-          DirectoryOrCreate) src=$work/created$src; mkdir -p "$src" ;;
-          # A node has its kubelet directory (this build machine is no node): an empty stand-in.
-          Directory) [ "$src" = /var/lib/kubelet ] || { echo "FAIL: hostPath $src ($type) is missing" >&2; exit 1; }
-                     src=$work/node$src; mkdir -p "$src" ;;
-          *) echo "FAIL: hostPath $src ($type) is missing on this host" >&2; exit 1 ;;
-        esac
-      fi ;;
-    emptyDir) src=$(mktemp -d "$work/emptydir.XXXXXX") ;;
-  esac
-  if [ -d "$src" ]; then mkdir -p "$root$dst"; else mkdir -p "$(dirname "$root$dst")"; touch "$root$dst"; fi
-  mount --rbind "$src" "$root$dst"
-  if [ "$mode" = ro ]; then mount -o remount,bind,ro "$root$dst"; fi
-done <"$work/mounts"
-# readOnlyRootFilesystem.
-mount -o remount,bind,ro "$root"
-if touch "$root/should-fail" 2>/dev/null; then echo "FAIL: the root is writable" >&2; exit 1; fi
+mkdir -p "$image"/{proc,sys,dev,tmp}
+# view ROOT MOUNTS: the image at ROOT, read-only, with the volumes listed in MOUNTS.
+view() {
+  local root=$1 kind src type dst mode
+  mkdir -p "$root"
+  mount --bind "$image" "$root"
+  if [ "$image_mode" = staged ]; then
+    # The Debian layer of the image: the host's /usr, read-only.
+    for d in usr/bin usr/sbin usr/lib usr/lib64 usr/share; do
+      mount --bind "/$d" "$root/$d" && mount -o remount,bind,ro "$root/$d"
+    done
+  fi
+  # What every container gets from its runtime.
+  mount -t proc proc "$root/proc"
+  mount --rbind /sys "$root/sys" && mount -o remount,bind,ro "$root/sys"
+  mount --bind /dev "$root/dev"
+  # The chart's volumes.
+  while read -r kind src type dst mode; do
+    case "$kind" in
+      hostPath)
+        if [ "$src" = /run/dbus ] && [ ! -S /run/dbus/system_bus_socket ]; then src=$work/run-dbus; fi
+        if [ ! -e "$src" ]; then
+          case "$type" in
+            # The kubelet would create it on the node; create it in the work dir instead.
+            DirectoryOrCreate) src=$work/created$src; mkdir -p "$src" ;;
+            # A node has its kubelet directory (this build machine is no node): an empty stand-in.
+            Directory) [ "$src" = /var/lib/kubelet ] || { echo "FAIL: hostPath $src ($type) is missing" >&2; exit 1; }
+                       src=$work/node$src; mkdir -p "$src" ;;
+            *) echo "FAIL: hostPath $src ($type) is missing on this host" >&2; exit 1 ;;
+          esac
+        fi ;;
+      # One directory per volume name: the containers of the pod share it.
+      emptyDir) src=$work/emptydir-$src; mkdir -p "$src" ;;
+    esac
+    if [ -d "$src" ]; then mkdir -p "$root$dst"; else mkdir -p "$(dirname "$root$dst")"; touch "$root$dst"; fi
+    mount --rbind "$src" "$root$dst"
+    if [ "$mode" = ro ]; then mount -o remount,bind,ro "$root$dst"; fi
+  done <"$2"
+  # readOnlyRootFilesystem.
+  mount -o remount,bind,ro "$root"
+  if touch "$root/should-fail" 2>/dev/null; then echo "FAIL: the root is writable" >&2; exit 1; fi
+}
+view "$work/agent-root" "$work/mounts"
+view "$work/helper-root" "$work/helper-mounts"
 env=(NODE_NAME=image-test PATH=/usr/local/bin:/usr/bin:/usr/sbin)
 while read -r e; do env+=("$e"); done <"$work/env"
+eval "helper_args=($(cat "$work/helper-args"))"
+chroot "$work/helper-root" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/usr/sbin \
+  /usr/local/bin/nodegate "${helper_args[@]}" >"$work/helper.log" 2>&1 &
+echo $! >"$work/helper.pid"
+for _ in $(seq 100); do [ -S "$work/emptydir-device-probe/device-probe.sock" ] && break; sleep 0.05; done
 eval "args=($(cat "$work/args"))"
-chroot "$root" /usr/bin/setpriv --bounding-set "-all,$(cat "$work/caps")" --inh-caps -all \
+chroot "$work/agent-root" /usr/bin/setpriv --bounding-set "-all,$(cat "$work/caps")" --inh-caps -all \
   /usr/bin/env -i "${env[@]}" /usr/local/bin/nodegate "${args[@]}" >"$work/agent.log" 2>&1 &
 echo $! >"$work/agent.pid"
+# `kubectl exec ds/nodegate -c nodegate -- nodegate check --output json` (docs/install.md,
+# preflight): the same view, capabilities and environment, no flag but the output format, once
+# the agent has answered.
+for _ in $(seq 1200); do [ -f "$work/run-check" ] && break; sleep 0.1; done
+[ -f "$work/run-check" ] || exit 1
+chroot "$work/agent-root" /usr/bin/setpriv --bounding-set "-all,$(cat "$work/caps")" --inh-caps -all \
+  /usr/bin/env -i "${env[@]}" /usr/local/bin/nodegate check --output json \
+  >"$work/check.json" 2>"$work/check.err" || true
+touch "$work/check-done"
 wait
 INNER
 mode=staged
@@ -229,6 +277,24 @@ if nsenter -t 1 -m -- true 2>/dev/null; then
 else
   echo "note: this host denies nsenter into PID 1 even to root; the lvm path is not exercised here"
 fi
-kill "$(cat "$work/agent.pid")" 2>/dev/null || true
+# 4. The device-probe helper, from the same image, answered the agent's device checks and the
+# preflight check run in the agent's container.
+grep -q "device-probe helper serving" "$work/helper.log" || { cat "$work/helper.log" >&2; echo "FAIL: the helper did not start" >&2; exit 1; }
+for c in kvm-device vhost-net tun; do
+  ev=$(jq -r --arg c "$c" '.checks[] | select(.check == $c) | .evidence[] | select(.source == "device-probe helper") | .observed' "$work/checks.json")
+  case "$ev" in "checked by the helper"*) ;; *) echo "FAIL: the agent's $c was not answered by the helper: $ev" >&2; exit 1 ;; esac
+done
+echo "ok   the agent's device checks were answered by the device-probe container"
+touch "$work/run-check"
+for _ in $(seq 100); do [ -f "$work/check-done" ] && break; sleep 0.2; done
+[ -s "$work/check.json" ] || { cat "$work/check.err" >&2; echo "FAIL: nodegate check in the agent's container printed nothing" >&2; exit 1; }
+for c in kvm-device vhost-net tun lvm; do
+  a=$(jq -r --arg c "$c" '.checks[] | select(.check == $c) | "\(.status) \(.reason)"' "$work/checks.json")
+  b=$(jq -r --arg c "$c" '.checks[] | select(.check == $c) | "\(.status) \(.reason)"' "$work/check.json")
+  echo "     $c: agent $a, preflight check $b"
+  [ "$a" = "$b" ] || { echo "FAIL: preflight check and agent disagree on $c" >&2; exit 1; }
+done
+echo "ok   nodegate check in the agent's container agrees"
+kill "$(cat "$work/agent.pid")" "$(cat "$work/helper.pid")" 2>/dev/null || true
 wait "$inner" 2>/dev/null || true
 echo "image: ok"

@@ -37,6 +37,7 @@ render privileged-1.31 privileged 1.31.0
 render monitoring-1.31 monitoring 1.31.0 "${mon[@]}"
 render monitoring-1.29 monitoring 1.29.0 "${mon[@]}"
 render custom-1.31 custom 1.31.0
+render no-device-probe-1.31 defaults 1.31.0 --set deviceProbe.enabled=false
 
 # No image: a clear error that says how to get one, not pods in ImagePullBackOff.
 if "$helm" template nodegate "$chart" >"$out/no-image.out" 2>&1; then

@@ -88,9 +88,26 @@ VirtualizationReady LocalStorageHealthy GuestDNSHealthy TimeSynchronized
 {{- if semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version -}}true{{- end -}}
 {{- end -}}
 
+{{/* "true" when the device-probe container is rendered (privilege separation). */}}
+{{- define "nodegate.deviceProbe" -}}
+{{- if and .Values.deviceProbe.enabled (not .Values.privileged) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The device-probe socket, in the emptyDir both containers mount at /run/nodegate. */}}
+{{- define "nodegate.deviceProbeSocket" -}}/run/nodegate/device-probe.sock{{- end -}}
+
+{{/* The device-probe container's command line: fixed paths, nothing a request can change. */}}
+{{- define "nodegate.deviceProbeArgs" -}}
+- device-probe
+- {{ printf "--socket=%s" (include "nodegate.deviceProbeSocket" .) | quote }}
+- --host-root=/host
+- {{ printf "--lvm-command=%s" .Values.agent.lvmCommand | quote }}
+- {{ printf "--log-level=%s" .Values.deviceProbe.logLevel | quote }}
+{{- end -}}
+
 {{/* Settings the agent and a `nodegate check` run by hand in its container share (the CLI reads
      them from the environment, agent/cli/options.h): one place, so both see the same host root,
-     policy file and lvm command. */}}
+     policy file, lvm command and device-probe helper. */}}
 {{- define "nodegate.env" -}}
 - name: NODEGATE_HOST_ROOT
   value: /host
@@ -100,6 +117,10 @@ VirtualizationReady LocalStorageHealthy GuestDNSHealthy TimeSynchronized
   value: {{ .Values.agent.lvmCommand | quote }}
 - name: NODEGATE_RUNBOOK_BASE_URL
   value: {{ printf "%schecks/" .Values.prometheusRule.runbookBaseURL | quote }}
+{{- if include "nodegate.deviceProbe" . }}
+- name: NODEGATE_DEVICE_PROBE
+  value: {{ include "nodegate.deviceProbeSocket" . | quote }}
+{{- end }}
 {{- end -}}
 
 {{/* The agent's command line; test/chart runs exactly these arguments (with nodegate.env). */}}
