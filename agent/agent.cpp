@@ -81,13 +81,7 @@ int runAgent(const Options& opts) {
   const Config initial_config = *loaded;
 
   // Signals are taken synchronously by this thread; every thread started below inherits the mask.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t sigs = blockDaemonSignals();
 
   log::info("agent starting", {{"version", kVersion},
                                {"node", opts.node_name},

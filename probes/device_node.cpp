@@ -57,6 +57,13 @@ std::string causeOf(const Error& e) {
   return e.code != 0 ? std::string(std::strerror(e.code)) : e.message;
 }
 
+std::string deviceCgroupHint(const std::string& what) {
+  return "the device cgroup of an unprivileged container refuses " + what +
+         ": run the device-probe helper beside the agent (chart: deviceProbe.enabled=true, the "
+         "default; by hand: nodegate device-probe --socket PATH, then check or agent with "
+         "--device-probe PATH), or run the check privileged";
+}
+
 std::optional<CheckResult> evaluateDeviceNode(const DeviceNode& n, const DeviceNodeTexts& t) {
   using S = DeviceNode::State;
   const std::string& dev = n.path;
@@ -86,6 +93,14 @@ std::optional<CheckResult> evaluateDeviceNode(const DeviceNode& n, const DeviceN
                         "remove the stray file and let the " + t.driver + " driver create " + dev +
                             " (" + mknod + ")");
     case S::PermissionDenied:
+      // EPERM, not EACCES: no file permission refused the open but the device cgroup (or its
+      // BPF program), which no uid gets past (kernel security/device_cgroup.c, devcgroup_check_
+      // permission). That is an unprivileged container, root or not.
+      if (n.error.code == EPERM)
+        return makeResult(t.check, Status::Unknown, "PermissionDenied",
+                          "cannot open " + dev + " read-write: " + causeOf(n.error) +
+                              " (the device cgroup refuses it)",
+                          deviceCgroupHint(dev));
       return makeResult(t.check, Status::Unknown, "PermissionDenied",
                         "cannot open " + dev + " read-write: " + causeOf(n.error),
                         t.permission_hint);

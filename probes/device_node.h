@@ -51,6 +51,10 @@ struct DeviceNodeTexts {
   std::string driver_hint;      // how to get the driver (see moduleHint in kernel_modules.h)
 };
 
+// How to get past a device cgroup that refuses `what` ("/dev/kvm", "block devices"): the
+// device-probe helper (docs/install.md, privilege separation).
+std::string deviceCgroupHint(const std::string& what);
+
 // The result for every state but Open (stat or open failed, wrong node); nullopt when the node
 // is open and the probe's own ioctls decide. Labels and evidence are the caller's.
 std::optional<CheckResult> evaluateDeviceNode(const DeviceNode& node, const DeviceNodeTexts& t);

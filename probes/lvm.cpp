@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <optional>
 
+#include "device_node.h"
+
 namespace nodegate {
 namespace {
 
@@ -187,11 +189,6 @@ void thinPoolFindings(const LvmLv& pool, const LvmPolicy& policy,
 
 namespace {
 
-constexpr const char* kRefusedHint =
-    "an unprivileged container's device cgroup refuses block devices: run the device-probe "
-    "helper beside the agent (chart: deviceProbe.enabled=true; agent --device-probe PATH), or "
-    "run the agent privileged";
-
 CheckResult withCommand(const LvmFetch& fetch, CheckResult r) {
   const std::string command = fetch.lvm_skipped ? fetch.command + " (not run)" : fetch.command;
   r.evidence.insert(r.evidence.begin(), {"lvm command", command});
@@ -268,7 +265,7 @@ void judgeBlindSpots(const LvmFetch& fetch, LvmJudgement* j) {
          "opening " + std::to_string(fetch.refused.size()) + " block devices (" + names +
              ") was refused (EPERM: the device cgroup or a security policy), to nodegate and to "
              "the lvm it runs: volume groups on them cannot be seen",
-         kRefusedHint});
+         deviceCgroupHint("block devices")});
   }
 }
 
@@ -316,7 +313,7 @@ void judgeVolumeGroups(const LvmFetch& fetch, const LvmPolicy& policy, LvmJudgem
       {blind ? Status::Unknown : Status::Fail, blind ? "VolumeGroupNotSeen" : "VolumeGroupMissing",
        "volume group " + policy.volume_group +
            (blind ? " is not in a report that cannot see every disk" : " is not on this node"),
-       blind ? std::string(kRefusedHint)
+       blind ? deviceCgroupHint("block devices")
              : "create it (vgcreate " + policy.volume_group +
                    " DISK...) or fix checks.lvm.volume_group; the local CSI driver cannot "
                    "provision without it"});

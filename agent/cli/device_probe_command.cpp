@@ -42,11 +42,7 @@ void dropWhatIsNotNeeded() {
 
 }  // namespace
 
-int runDeviceProbe(const Options& opts) {
-  if (opts.socket_path.empty()) {
-    std::cerr << "nodegate: device-probe needs --socket PATH\n";
-    return 2;
-  }
+sigset_t blockDaemonSignals() {
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);
@@ -54,6 +50,15 @@ int runDeviceProbe(const Options& opts) {
   sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
+  return sigs;
+}
+
+int runDeviceProbe(const Options& opts) {
+  if (opts.socket_path.empty()) {
+    std::cerr << "nodegate: device-probe needs --socket PATH\n";
+    return 2;
+  }
+  sigset_t sigs = blockDaemonSignals();
   dropWhatIsNotNeeded();
 
   auto seams = productionSeams();

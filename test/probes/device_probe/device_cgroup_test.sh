@@ -7,7 +7,7 @@
 # and VG (pvcreate/vgcreate, lvm's private configuration as in lvm_real_test.sh).
 #   - as plain root: the baseline verdicts of kvm-device, tun and lvm;
 #   - in the cgroup without the helper: kvm-device and tun UNKNOWN PermissionDenied, lvm UNKNOWN
-#     BlockDevicesRefused — never PASS NoVolumeGroups;
+#     BlockDevicesRefused — never PASS NoVolumeGroups — each with a hint naming the helper;
 #   - in the cgroup with the helper (check and agent): the baseline verdicts exactly;
 #   - the helper killed (stale socket), its socket gone, a helper that accepts and never
 #     answers: the agent's device checks and lvm UNKNOWN DeviceProbeUnavailable with the reason,
@@ -111,6 +111,11 @@ for mech in "${mechanisms[@]}"; do
     [ "$(verdict "$tmp/cg.json" $c)" = "UNKNOWN PermissionDenied" ] || fail "$mech no helper: $c $(verdict "$tmp/cg.json" $c)"
   done
   [ "$(verdict "$tmp/cg.json" lvm)" = "UNKNOWN BlockDevicesRefused" ] || fail "$mech no helper: lvm $(verdict "$tmp/cg.json" lvm)"
+  # Each says how to get past the wall: the device-probe helper.
+  for c in kvm-device tun lvm; do
+    jq -r --arg c "$c" '.checks[] | select(.check == $c) | .hint' "$tmp/cg.json" | grep -q "device-probe" ||
+      fail "$mech no helper: the $c hint does not name the device-probe helper"
+  done
 
   start_helper
   in_cg "$NODEGATE" check --output json --device-probe "$tmp/dp.sock" "${flags[@]}" >"$tmp/cgh.json" 2>/dev/null || true
