@@ -1,6 +1,6 @@
 // `nodegate agent` — the daemon: wires the loop (loop/runner.h), kernel event sources
 // (triggers/kernel_events.h), publishers (publish/metrics.h; the Kubernetes side, kube_wiring.h,
-// or its dry run), extensions (extension.h) and the two HTTP listeners (http_server.h), then
+// or its dry run), extensions (extension.h) and the HTTP listeners (publish/routes.h), then
 // waits for signals: SIGTERM/SIGINT stop everything within a second, SIGHUP reloads --config.
 #include <malloc.h>
 #include <signal.h>
@@ -119,10 +119,7 @@ int runAgent(const Options& opts) {
   ep.process = &process;
   ep.sections = &sections;
   ep.page_info = PageInfo{opts.node_name, kVersion, 10, opts.runbook_base_url};
-  auto core_routes = std::make_shared<HttpRouter>();
-  auto debug_routes = std::make_shared<HttpRouter>();
-  registerCoreRoutes(*core_routes, ep);
-  registerDebugRoutes(*debug_routes, ep);
+  AgentRouters routers = makeAgentRouters(ep);
 
   runner->start();
   auto events = KernelEvents::start(
@@ -133,25 +130,13 @@ int runAgent(const Options& opts) {
 
   int rc = 0;
   std::vector<std::unique_ptr<HttpServer>> servers;
-  auto listen = [&](const std::string& addr, std::shared_ptr<HttpRouter> routes, const char* name,
-                    HttpServer::Limits limits) {
-    auto s = HttpServer::start(addr, routes, name, limits);
-    if (!s) {
-      log::error("failed to start http listener",
-                 {{"listener", name}, {"error", s.error().message}});
-      return false;
-    }
-    servers.push_back(std::move(s).value());
-    return true;
-  };
-  // The debug listener serves an engineer, the CLI and the page through loopback: a request
-  // that names another host came through a name that resolves here (DNS rebinding) and is refused.
-  HttpServer::Limits debug_limits;
-  debug_limits.loopback_host_only = true;
-  if (!listen(opts.listen, core_routes, "metrics", HttpServer::Limits{}) ||
-      (!opts.debug_listen.empty() &&
-       !listen(opts.debug_listen, debug_routes, "debug", debug_limits)))
+  if (auto started =
+          startAgentListeners({opts.listen, opts.health_listen, opts.debug_listen}, routers)) {
+    servers = std::move(started).value();
+  } else {
+    log::error("failed to start http listener", {{"error", started.error().message}});
     rc = 1;
+  }
 
   // Extensions may take seconds to start (loading BPF programs): they start on their own thread
   // so /healthz, /metrics and signals are served meanwhile; routes they add appear when ready.
@@ -159,7 +144,7 @@ int runAgent(const Options& opts) {
                          host,
                          initial_config,
                          registry,
-                         *debug_routes,
+                         *routers.debug,
                          sections,
                          [runner](std::uint32_t bits) { runner->trigger(bits); },
                          [runner] { return runner->snapshot(); },

@@ -5,6 +5,7 @@ find_package(Threads REQUIRED)
 
 if(NOT NODEGATE_FUZZ)
   find_package(prometheus-cpp CONFIG REQUIRED)
+  find_package(civetweb CONFIG REQUIRED)  # the HTTP listeners (agent/publish/http_server.cpp)
   find_package(sdbus-c++ CONFIG REQUIRED)
   find_package(CURL REQUIRED)
   pkg_check_modules(LIBBPF REQUIRED libbpf)

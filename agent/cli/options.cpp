@@ -89,6 +89,8 @@ check:
 agent:
   --listen ADDR:PORT       /metrics /healthz /readyz (default 0.0.0.0:9810)
   --debug-listen ADDR:PORT everything incl. /api and the page (default 127.0.0.1:9811; "" = off)
+  --health-listen ADDR:PORT /healthz /readyz only, for the kubelet's probes (default off; the
+                           chart uses 127.0.0.1:9812)
   --kube auto|incluster|kubeconfig|none
   --kubeconfig FILE
   --node-name NAME         default $NODE_NAME, then the host name
@@ -179,6 +181,13 @@ std::map<std::string, Setter> valuedFlags(Options& o) {
          if (!v.empty())  // "" turns the debug listener off
            if (auto r = checkListen("--debug-listen", v); !r) return r;
          o.debug_listen = v;
+         return {};
+       }},
+      {"--health-listen",
+       [&o](const std::string& v) -> Result<void> {
+         if (!v.empty())  // "" (the default) turns the health listener off
+           if (auto r = checkListen("--health-listen", v); !r) return r;
+         o.health_listen = v;
          return {};
        }},
       {"--kube", oneOf(&o.kube, {"auto", "incluster", "kubeconfig", "none"}, "--kube")},

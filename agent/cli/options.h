@@ -29,6 +29,9 @@ struct Options {
   // agent
   std::string listen = "0.0.0.0:9810";
   std::string debug_listen = "127.0.0.1:9811";
+  // /healthz and /readyz on a listener of their own, for the kubelet's probes (the chart sets
+  // 127.0.0.1:9812); off by default: outside Kubernetes nothing restarts the agent on a probe.
+  std::string health_listen;
   std::string kube = "auto";  // auto | incluster | kubeconfig | none
   std::string kubeconfig;
   std::string node_name;  // default: $NODE_NAME, then the host name

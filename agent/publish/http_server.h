@@ -1,16 +1,17 @@
 // The agent's HTTP side: a route table (HttpRouter) and a bounded listener (HttpServer) that
-// serves one router. The agent runs two listeners: --listen with /metrics /healthz /readyz,
-// and --debug-listen with those plus /api/v1/*, the page and whatever components register.
+// serves one router. The agent runs up to three listeners (publish/routes.h): --listen with
+// /metrics /healthz /readyz, --health-listen with /healthz /readyz for the kubelet, and
+// --debug-listen with all of those plus /api/v1/*, the page and whatever components register.
 //
 // Extension point for other components (DNS tracer, ...): get the debug router from
 // AgentServices (agent/extension.h) and call
 //   router.handle("/api/v1/dns/traces", [](const HttpRequest& r) { return HttpResponse::json(...);
 //   }); router.handlePrefix("/api/v1/dns/traces/", handler);  // subtree: /api/v1/dns/traces/<id>
-// Handlers run on the listeners' event-loop threads (one per listener, so two may run at once):
-// they must be thread-safe and quick (read cached state; never run a probe): a slow handler
-// delays every client of its listener, /healthz included. The router answers 404 for unknown paths
-// and 405 (with an Allow header) for a known path with a method it was not registered for. HEAD is
-// served by every GET route with the body dropped. Routes may be added while the server runs.
+// Handlers run on the listeners' civetweb worker threads (several at once): they must be
+// thread-safe and quick (read cached state; never run a probe): a slow handler holds a worker. The
+// router answers 404 for unknown paths and 405 (with an Allow header) for a known path with a
+// method it was not registered for. HEAD is served by every GET route with the body dropped. Routes
+// may be added while the server runs.
 #pragma once
 
 #include <cstddef>
@@ -72,33 +73,30 @@ class HttpRouter {
   std::map<std::string, Route> prefix_;
 };
 
-// A listener bound to one ADDR:PORT serving one router, on one event-loop thread (epoll). A
-// client that is slow to send its request costs a socket and a buffer, never a thread, so no
-// number of slow clients keeps a quick request waiting: every accepted connection is read as
-// its bytes arrive, /healthz and /readyz are answered before other requests that became ready
-// at the same time, and when the connection caps are reached the oldest connection still
-// sending its request makes room for the new one (a kubelet probe sends its request at once).
-// Handlers run on the loop thread. Stops (and joins its thread) in the destructor.
+// A civetweb listener (Debian's libcivetweb, the server prometheus-cpp's pull side is built on)
+// bound to one ADDR:PORT serving one router. civetweb serves a connection on one worker thread
+// from its first byte to its close, so a client that is slow to send its request holds a worker
+// until request_timeout_ms: worker_threads such clients delay every other client of this
+// listener. Whatever must answer while strangers misbehave gets a listener of its own that they
+// cannot reach (the agent's /healthz and /readyz on a loopback --health-listen, publish/routes.h).
+// Every resource a client can hold is bounded by Limits. Stops (and joins its threads) in the
+// destructor.
 class HttpServer {
  public:
   struct Limits {
     std::size_t max_body_bytes = 64 * 1024;    // larger Content-Length: 413 without reading
-    std::size_t max_header_bytes = 16 * 1024;  // request line + headers: else 431
-    std::size_t max_headers = 100;             // header lines: else 431
-    std::size_t max_connections = 256;         // open connections of this listener
-    std::size_t max_per_client = 64;           // open connections of one peer address
-    int request_timeout_ms = 2000;             // accept -> complete request, else 408 and close
-    int write_timeout_ms = 5000;               // response written, else closed
-    int linger_ms = 500;                       // reading what a refused client still sends
-    // Requests with these paths are served first among those ready at once.
-    std::vector<std::string> priority_paths{"/healthz", "/readyz"};
+    std::size_t max_header_bytes = 16 * 1024;  // request line + headers (civetweb: 64 headers)
+    int worker_threads = 4;                    // connections served at once (one thread each)
+    int queue = 32;                            // accepted connections waiting for a worker
+    int backlog = 128;                         // connections the kernel holds before accept
+    int request_timeout_ms = 2000;             // first byte -> whole request, else closed
     // The debug listener: refuse a Host header that is not a loopback name or address (or the
     // listener's own address) with 421, so a web page cannot read it through DNS rebinding.
     bool loopback_host_only = false;
   };
 
-  // listen: "ADDR:PORT", "PORT", ":PORT" or "[v6]:PORT" with a numeric address. Error when the
-  // address is invalid or the port cannot be bound.
+  // listen: "ADDR:PORT", "PORT", ":PORT" with a numeric IPv4 address. Error when the address is
+  // invalid, is IPv6 (Debian builds civetweb without IPv6), or the port cannot be bound.
   static Result<std::unique_ptr<HttpServer>> start(const std::string& listen,
                                                    std::shared_ptr<const HttpRouter> router,
                                                    std::string name);

@@ -7,13 +7,7 @@
 
 namespace nodegate {
 
-void registerCoreRoutes(HttpRouter& router, const AgentEndpoints& ep) {
-  router.handle("/metrics", [ep](const HttpRequest&) {
-    if (ep.process) ep.process->refresh();
-    HttpResponse r = HttpResponse::text(200, serializeMetrics(*ep.registry));
-    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    return r;
-  });
+void registerHealthRoutes(HttpRouter& router, const AgentEndpoints& ep) {
   router.handle("/healthz", [ep](const HttpRequest&) {
     auto now = Runner::Clock::now();
     auto last = ep.runner->lastCycle().value_or(ep.runner->started());
@@ -28,6 +22,16 @@ void registerCoreRoutes(HttpRouter& router, const AgentEndpoints& ep) {
     if (!ep.runner->snapshot()->complete)
       return HttpResponse::text(503, "not ready: first probe cycle not finished\n");
     return HttpResponse::text(200, "ready\n");
+  });
+}
+
+void registerCoreRoutes(HttpRouter& router, const AgentEndpoints& ep) {
+  registerHealthRoutes(router, ep);
+  router.handle("/metrics", [ep](const HttpRequest&) {
+    if (ep.process) ep.process->refresh();
+    HttpResponse r = HttpResponse::text(200, serializeMetrics(*ep.registry));
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    return r;
   });
 }
 
@@ -52,6 +56,61 @@ void registerDebugRoutes(HttpRouter& router, const AgentEndpoints& ep) {
   router.handle("/", [ep](const HttpRequest&) {
     return HttpResponse::html(200, renderPage(*ep.runner->snapshot(), ep.page_info, *ep.sections));
   });
+}
+
+AgentRouters makeAgentRouters(const AgentEndpoints& ep) {
+  AgentRouters r{std::make_shared<HttpRouter>(), std::make_shared<HttpRouter>(),
+                 std::make_shared<HttpRouter>()};
+  registerHealthRoutes(*r.health, ep);
+  registerCoreRoutes(*r.core, ep);
+  registerDebugRoutes(*r.debug, ep);
+  return r;
+}
+
+// Prometheus and the kubelet send their request at once and are answered in about a
+// millisecond, so 16 workers serve them many times over; each costs ~50 KiB resident
+// (docs/benchmarks/agent.md). A client that dribbles its request is cut off after 2 s: 24 such
+// clients delay a scrape by about one timeout (test/agent/http_robustness_test.py). More than 16
+// that keep reconnecting delay scrapes for as long as they go on; the kubelet's probes do not
+// come here (--health-listen).
+HttpServer::Limits metricsListenerLimits() {
+  return {.worker_threads = 16, .queue = 64, .backlog = 128, .request_timeout_ms = 2000};
+}
+
+// The kubelet runs at most three probes of the pod at once (startup, liveness, readiness), each
+// on a new connection; only processes on the node itself can connect to loopback.
+HttpServer::Limits healthListenerLimits() {
+  return {.max_body_bytes = 0,
+          .max_header_bytes = 8 * 1024,
+          .worker_threads = 4,
+          .queue = 16,
+          .backlog = 64,
+          .request_timeout_ms = 1000};
+}
+
+// One engineer, the CLI and the page, through loopback (kubectl port-forward or exec).
+HttpServer::Limits debugListenerLimits() {
+  return {.worker_threads = 4, .queue = 32, .request_timeout_ms = 2000, .loopback_host_only = true};
+}
+
+Result<std::vector<std::unique_ptr<HttpServer>>> startAgentListeners(
+    const ListenAddresses& addresses, const AgentRouters& routers) {
+  std::vector<std::unique_ptr<HttpServer>> servers;
+  struct Want {
+    const std::string& address;
+    std::shared_ptr<HttpRouter> router;
+    const char* name;
+    HttpServer::Limits limits;
+  };
+  for (const Want& w : {Want{addresses.metrics, routers.core, "metrics", metricsListenerLimits()},
+                        Want{addresses.health, routers.health, "health", healthListenerLimits()},
+                        Want{addresses.debug, routers.debug, "debug", debugListenerLimits()}}) {
+    if (w.address.empty() && std::string_view(w.name) != "metrics") continue;
+    auto s = HttpServer::start(w.address, w.router, w.name, w.limits);
+    if (!s) return s.error();
+    servers.push_back(std::move(s).value());
+  }
+  return servers;
 }
 
 }  // namespace nodegate

@@ -275,7 +275,8 @@ class DaemonSet(unittest.TestCase):
         _, c = agent_container(load("custom-1.31"))
         a = c["args"]
         for want in ["--prefix=gate.example.com", "--gate-label=example.com/vms=yes", "--taint",
-                     "--listen=0.0.0.0:19810", "--debug-listen=127.0.0.1:19811", "--dns-trace=off",
+                     "--listen=0.0.0.0:19810", "--debug-listen=127.0.0.1:19811",
+                     "--health-listen=127.0.0.1:19812", "--dns-trace=off",
                      "--dns-netns=/host/run/netns/extra", "--log-level=debug"]:
             self.assertIn(want, a)
         _, c = agent_container(load("defaults-1.31"))
@@ -290,9 +291,23 @@ class DaemonSet(unittest.TestCase):
             want_port = 19810 if case.startswith("custom") else 9810
             self.assertEqual(port["containerPort"], want_port)
             self.assertIn(f"--listen=0.0.0.0:{want_port}", c["args"])
+            # The kubelet's probes go to the health listener on loopback (hostNetwork), where
+            # clients on the network cannot hold its workers.
+            want_health = 19812 if case.startswith("custom") else 9812
+            self.assertIn(f"--health-listen=127.0.0.1:{want_health}", c["args"])
             for probe, path in [("startupProbe", "/healthz"), ("livenessProbe", "/healthz"),
                                 ("readinessProbe", "/readyz")]:
-                self.assertEqual(c[probe]["httpGet"], {"path": path, "port": "metrics"}, f"{case} {probe}")
+                self.assertEqual(c[probe]["httpGet"], {"host": "127.0.0.1", "path": path, "port": want_health},
+                                 f"{case} {probe}")
+
+    def test_health_probes_without_host_network(self):
+        # The kubelet's 127.0.0.1 is the node's, not the pod's: the probes go to the pod's
+        # address, where the health listener then has to listen.
+        _, c = agent_container(load("podnet-1.31"))
+        self.assertIn("--health-listen=0.0.0.0:9812", c["args"])
+        for probe in ["startupProbe", "livenessProbe", "readinessProbe"]:
+            self.assertNotIn("host", c[probe]["httpGet"], probe)
+            self.assertEqual(c[probe]["httpGet"]["port"], 9812, probe)
 
     def test_check_by_hand_uses_the_agents_settings(self):
         # `kubectl exec ... nodegate check` inherits the container's environment: the settings a

@@ -84,7 +84,8 @@ fi
 # dnsTrace off: a tracer here would attach to the namespaces of the DNS tests running beside it.
 "$helm" template nodegate "$src/charts/nodegate" --namespace nodegate --kube-version 1.31.0 \
   --set image.repository=registry.example/nodegate \
-  --set agent.metricsPort=19830 --set agent.debugPort=19831 --set agent.dnsTrace=off >"$work/render.yaml"
+  --set agent.metricsPort=19830 --set agent.debugPort=19831 --set agent.healthPort=19832 \
+  --set agent.dnsTrace=off >"$work/render.yaml"
 bash "$src/test/chart/py.sh" - "$work/render.yaml" "$work" <<'PY'
 import json, sys, yaml, shlex
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
@@ -120,6 +121,10 @@ def write_mounts(container, path):
             else:
                 sys.exit(f"unsupported volume {v}")
 write_mounts(c, f"{work}/mounts")
+with open(f"{work}/probes", "w") as out:  # what the kubelet would ask: host port path
+    for p in ["startupProbe", "livenessProbe", "readinessProbe"]:
+        g = c[p]["httpGet"]
+        out.write(f"{g.get('host', '')} {g['port']} {g['path']}\n")
 with open(f"{work}/args", "w") as out:
     out.write(" ".join(shlex.quote(a) for a in c["args"]) + "\n")
 h = containers.get("device-probe")
@@ -241,6 +246,13 @@ if [ "$ready" != 1 ]; then
   exit 1
 fi
 echo "ok   /readyz answered 200"
+# The kubelet's probes, as the chart renders them (host, port, path), answer 200.
+while read -r host port path; do
+  [ -n "$host" ] || { echo "FAIL: a probe without host: the kubelet would not reach the loopback listener" >&2; exit 1; }
+  code=$(curl -s -o /dev/null -w '%{http_code}' "http://$host:$port$path")
+  [ "$code" = 200 ] || { echo "FAIL: probe http://$host:$port$path answered $code" >&2; exit 1; }
+done <"$work/probes"
+echo "ok   the kubelet's probes ($(sort -u "$work/probes" | tr '\n' ' ')) answered 200"
 pid=$(cat "$work/agent.pid")
 agent=$pid  # chroot, setpriv and env all exec: the same process
 # The capabilities the process really holds are the chart's, no more.

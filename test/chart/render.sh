@@ -38,6 +38,8 @@ render monitoring-1.31 monitoring 1.31.0 "${mon[@]}"
 render monitoring-1.29 monitoring 1.29.0 "${mon[@]}"
 render custom-1.31 custom 1.31.0
 render no-device-probe-1.31 defaults 1.31.0 --set deviceProbe.enabled=false
+# Without hostNetwork the kubelet reaches the pod's address only (chart_test: health probes).
+render podnet-1.31 defaults 1.31.0 --set hostNetwork=false
 
 # No image: a clear error that says how to get one, not pods in ImagePullBackOff.
 if "$helm" template nodegate "$chart" >"$out/no-image.out" 2>&1; then

@@ -123,11 +123,32 @@ VirtualizationReady LocalStorageHealthy GuestDNSHealthy TimeSynchronized
 {{- end }}
 {{- end -}}
 
+{{/*
+The health listener (/healthz, /readyz) that the kubelet's probes ask. With hostNetwork (the
+default) it binds the node's loopback and the probes connect to 127.0.0.1: the kubelet runs in
+the node's network namespace, so it reaches the listener, and no client on the network can hold
+its workers. Without hostNetwork the kubelet can only reach the pod's own address.
+*/}}
+{{- define "nodegate.healthAddress" -}}
+{{- if .Values.hostNetwork }}127.0.0.1{{ else }}0.0.0.0{{ end -}}
+{{- end -}}
+
+{{/* A probe's httpGet: (list $ "/healthz"). */}}
+{{- define "nodegate.healthProbe" -}}
+{{- $ := index . 0 -}}
+{{- if $.Values.hostNetwork -}}
+host: 127.0.0.1
+{{ end -}}
+path: {{ index . 1 }}
+port: {{ $.Values.agent.healthPort }}
+{{- end -}}
+
 {{/* The agent's command line; test/chart runs exactly these arguments (with nodegate.env). */}}
 {{- define "nodegate.args" -}}
 - agent
 - {{ printf "--listen=0.0.0.0:%v" .Values.agent.metricsPort | quote }}
 - {{ printf "--debug-listen=127.0.0.1:%v" .Values.agent.debugPort | quote }}
+- {{ printf "--health-listen=%s:%v" (include "nodegate.healthAddress" .) .Values.agent.healthPort | quote }}
 - {{ printf "--kube=%s" .Values.agent.kube | quote }}
 - {{ printf "--prefix=%s" .Values.agent.prefix | quote }}
 - {{ printf "--gate-label=%s=%s" (include "nodegate.gateLabelKey" .) .Values.agent.gateLabel.value | quote }}
