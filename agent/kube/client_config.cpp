@@ -3,19 +3,22 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "kube/kubeconfig.h"
+#include "nodegate/host_root.h"
 
 namespace nodegate::kube {
 
 Result<std::string> readCredentialFile(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return errnoError(errno, "read " + what + " " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  // The host-root reader: regular files only, opened non-blocking (a FIFO is an error, not a
+  // hang; /dev/zero is not read forever) and bounded.
+  auto r = readFile(path, kMaxCredentialFileBytes);
+  if (r) return r;
+  // readFile says "failed to <verb> <path>: <cause>"; name what the file was for.
+  const std::string& m = r.error().message;
+  auto at = m.find(path + ": ");
+  std::string cause = at == std::string::npos ? m : m.substr(at + path.size() + 2);
+  return Error{r.error().code, "failed to read " + what + " " + path + ": " + cause};
 }
 
 std::string redactedUrl(const std::string& url) {

@@ -38,7 +38,10 @@ Result<ClientConfig> loadInCluster(const std::string& sa_dir = kServiceAccountDi
 Result<ClientConfig> loadClientConfig(const std::string& mode, const std::string& kubeconfig);
 
 // Reads one of the files credentials come from (kubeconfig, token, CA, client certificate or
-// key); `what` names it in the error.
+// key); `what` names it in the error. Only regular files of at most kMaxCredentialFileBytes are
+// read (a kubeconfig with inline certificates is tens of KiB, a CA bundle some hundreds): a
+// device, FIFO or huge file is a clear error instead of a hang or an allocation failure.
+inline constexpr std::size_t kMaxCredentialFileBytes = 4u << 20;
 Result<std::string> readCredentialFile(const std::string& path, const std::string& what);
 
 }  // namespace nodegate::kube

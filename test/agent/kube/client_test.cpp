@@ -1,6 +1,7 @@
 // Client configuration and the pure parts of the HTTP client: kubeconfig/YAML, in-cluster
 // files, Retry-After, the token bucket and backoff.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -167,6 +168,35 @@ TEST(InCluster, ReadsEnvAndServiceAccountDir) {
   ::unsetenv("KUBERNETES_SERVICE_HOST");
   EXPECT_FALSE(inClusterAvailable(dir.string()));
   EXPECT_FALSE(loadInCluster(dir.string()));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CredentialFiles, DevicesFifosAndHugeFilesAreClearErrors) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("nodegate-kube-files-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string fifo = (dir / "fifo").string(), big = (dir / "big").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::ofstream(big) << std::string(kMaxCredentialFileBytes + 1, '#');
+  std::ofstream(dir / "ok") << "token\n";
+  for (const auto& [path, why] :
+       std::vector<std::pair<std::string, std::string>>{{"/dev/zero", "not a regular file"},
+                                                        {fifo, "not a regular file"},
+                                                        {big, "larger than"}}) {
+    auto r = readCredentialFile(path, "token");  // a FIFO with no writer must not block
+    ASSERT_FALSE(r) << path;
+    EXPECT_NE(r.error().message.find("failed to read token " + path + ": "), std::string::npos)
+        << r.error().message;
+    EXPECT_NE(r.error().message.find(why), std::string::npos) << r.error().message;
+  }
+  auto missing = readCredentialFile((dir / "missing").string(), "kubeconfig");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ENOENT);
+  auto ok = readCredentialFile((dir / "ok").string(), "token");
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_EQ(*ok, "token\n");
+  // The same bound wherever credentials come from: the kubeconfig and the files it names.
+  EXPECT_FALSE(loadKubeconfig(fifo));
   std::filesystem::remove_all(dir);
 }
 
