@@ -64,11 +64,9 @@ Result<ClientConfig> loadClientConfig(const std::string& mode, const std::string
   if (mode == "none") return Error{EINVAL, "--kube none"};
   if (mode == "incluster" || (mode == "auto" && inClusterAvailable())) return loadInCluster();
   if (mode == "kubeconfig" || (mode == "auto" && !kubeconfig.empty())) {
-    std::string path = kubeconfig;
-    if (path.empty())
-      if (const char* env = std::getenv("KUBECONFIG"); env && *env) path = env;
-    if (path.empty()) return Error{EINVAL, "--kube kubeconfig needs --kubeconfig FILE"};
-    return loadKubeconfig(path);
+    if (!kubeconfig.empty()) return loadKubeconfig(kubeconfig);
+    if (const char* env = std::getenv("KUBECONFIG"); env && *env) return loadKubeconfigList(env);
+    return Error{EINVAL, "--kube kubeconfig needs --kubeconfig FILE (or $KUBECONFIG)"};
   }
   return Error{
       ENOENT,
