@@ -11,6 +11,7 @@ if(NOT NODEGATE_FUZZ)
   pkg_check_modules(LIBBPF REQUIRED libbpf)
   pkg_check_modules(LIBNL REQUIRED libnl-3.0 libnl-route-3.0)
   pkg_check_modules(LIBUDEV REQUIRED IMPORTED_TARGET libudev)
+  pkg_check_modules(LIBYAML REQUIRED yaml-0.1)
   find_program(BPFTOOL bpftool PATHS /usr/sbin /sbin REQUIRED)
   find_program(BPF_CLANG clang REQUIRED)
 endif()
@@ -18,7 +19,7 @@ if(NODEGATE_BUILD_TESTS AND NOT NODEGATE_FUZZ)
   find_package(GTest REQUIRED)
 endif()
 
-# libbpf (with the libelf and zlib it needs) and libnl link from Debian's static archives: the
+# libbpf (with the libelf and zlib it needs), libnl and libyaml link from Debian's static archives: the
 # agent then maps five shared objects fewer (each costs its relocated data pages and the
 # fault-around of its text: 0.6 MiB less RSS) and every command starts with fewer relocations
 # (`nodegate version` 3.8 -> 3.0 ms CPU; docs/benchmarks/agent.md). The archives and their order
@@ -47,4 +48,5 @@ endfunction()
 if(NOT NODEGATE_FUZZ)
   nodegate_static_pkg(LIBBPF nodegate::libbpf)
   nodegate_static_pkg(LIBNL nodegate::libnl)
+  nodegate_static_pkg(LIBYAML nodegate::libyaml)
 endif()

@@ -13,7 +13,7 @@ BUILD_PKGS=(
   clang llvm libbpf-dev libelf-dev zlib1g-dev bpftool
   libnl-3-dev libnl-route-3-dev libnl-genl-3-dev
   libudev-dev libsdbus-c++-dev libsdbus-c++-bin
-  prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libcurl4-openssl-dev
+  prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libcurl4-openssl-dev libyaml-dev
   googletest libgmock-dev libgtest-dev libbenchmark-dev
   libclang-rt-14-dev
 )

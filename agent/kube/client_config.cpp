@@ -3,19 +3,22 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "kube/kubeconfig.h"
+#include "nodegate/host_root.h"
 
 namespace nodegate::kube {
 
 Result<std::string> readCredentialFile(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return errnoError(errno, "read " + what + " " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  // The host-root reader: regular files only, opened non-blocking (a FIFO is an error, not a
+  // hang; /dev/zero is not read forever) and bounded.
+  auto r = readFile(path, kMaxCredentialFileBytes);
+  if (r) return r;
+  // readFile says "failed to <verb> <path>: <cause>"; name what the file was for.
+  const std::string& m = r.error().message;
+  auto at = m.find(path + ": ");
+  std::string cause = at == std::string::npos ? m : m.substr(at + path.size() + 2);
+  return Error{r.error().code, "failed to read " + what + " " + path + ": " + cause};
 }
 
 std::string redactedUrl(const std::string& url) {
@@ -61,11 +64,9 @@ Result<ClientConfig> loadClientConfig(const std::string& mode, const std::string
   if (mode == "none") return Error{EINVAL, "--kube none"};
   if (mode == "incluster" || (mode == "auto" && inClusterAvailable())) return loadInCluster();
   if (mode == "kubeconfig" || (mode == "auto" && !kubeconfig.empty())) {
-    std::string path = kubeconfig;
-    if (path.empty())
-      if (const char* env = std::getenv("KUBECONFIG"); env && *env) path = env;
-    if (path.empty()) return Error{EINVAL, "--kube kubeconfig needs --kubeconfig FILE"};
-    return loadKubeconfig(path);
+    if (!kubeconfig.empty()) return loadKubeconfig(kubeconfig);
+    if (const char* env = std::getenv("KUBECONFIG"); env && *env) return loadKubeconfigList(env);
+    return Error{EINVAL, "--kube kubeconfig needs --kubeconfig FILE (or $KUBECONFIG)"};
   }
   return Error{
       ENOENT,

@@ -22,7 +22,8 @@ struct ClientConfig {
   std::string token_file;           // re-read periodically and on 401 (bound tokens rotate)
   std::string cert_file, key_file;  // client certificate auth
   std::string cert_pem, key_pem;
-  std::string source;  // "in-cluster" or "kubeconfig <path> context <name>", for logs
+  std::string namespace_name;  // the context's namespace (kubectl's default), "" when none
+  std::string source;          // "in-cluster" or "kubeconfig <path> context <name>", for logs
 };
 
 // `url` with the user information (https://user:password@host) masked: what logs, evidence and
@@ -34,11 +35,14 @@ bool inClusterAvailable(const std::string& sa_dir = kServiceAccountDir);
 Result<ClientConfig> loadInCluster(const std::string& sa_dir = kServiceAccountDir);
 
 // The credentials --kube MODE and --kubeconfig FILE select (auto: in-cluster when available,
-// else the kubeconfig; kubeconfig mode falls back to $KUBECONFIG).
+// else the kubeconfig; kubeconfig mode falls back to $KUBECONFIG, a path list as for kubectl).
 Result<ClientConfig> loadClientConfig(const std::string& mode, const std::string& kubeconfig);
 
 // Reads one of the files credentials come from (kubeconfig, token, CA, client certificate or
-// key); `what` names it in the error.
+// key); `what` names it in the error. Only regular files of at most kMaxCredentialFileBytes are
+// read (a kubeconfig with inline certificates is tens of KiB, a CA bundle some hundreds): a
+// device, FIFO or huge file is a clear error instead of a hang or an allocation failure.
+inline constexpr std::size_t kMaxCredentialFileBytes = 4u << 20;
 Result<std::string> readCredentialFile(const std::string& path, const std::string& what);
 
 }  // namespace nodegate::kube

@@ -95,6 +95,15 @@ class FakeApi:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def nodegate_binary():
+    """$NODEGATE (CTest sets it to the built binary), or the test is skipped with the reason."""
+    import unittest
+    binary = os.environ.get("NODEGATE")
+    if not binary or not os.access(binary, os.X_OK):
+        raise unittest.SkipTest("$NODEGATE is not set to the nodegate binary (run through ctest)")
+    return binary
+
+
 def stop(proc, grace):
     """SIGTERM, then SIGKILL after `grace` seconds; a process that already ended is left as is."""
     if proc is None or proc.poll() is not None:

@@ -1,6 +1,7 @@
 // Client configuration and the pure parts of the HTTP client: kubeconfig/YAML, in-cluster
 // files, Retry-After, the token bucket and backoff.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -14,7 +15,7 @@
 #include "kube/flow_control.h"
 #include "kube/http.h"
 #include "kube/kubeconfig.h"
-#include "kube/yaml_lite.h"
+#include "kube/yaml.h"
 
 namespace nodegate::kube {
 namespace {
@@ -55,12 +56,66 @@ users:
       command: aws
 )";
 
-TEST(YamlLite, ParsesKubectlStyleDocument) {
-  auto doc = parseYamlSubset(kKubeconfig);
-  // The flow mapping on one context is outside the subset and must say so, not guess.
-  ASSERT_FALSE(doc);
-  EXPECT_NE(doc.error().message.find("line 17"), std::string::npos) << doc.error().message;
-  EXPECT_NE(doc.error().message.find("flow collections"), std::string::npos);
+TEST(Yaml, KubectlStyleDocumentWithAFlowMapping) {
+  auto docs = parseYamlDocuments(kKubeconfig);
+  ASSERT_TRUE(docs) << docs.error().message;
+  ASSERT_EQ(docs->size(), 1u);
+  const auto& doc = docs->front();
+  EXPECT_EQ(doc["clusters"].size(), 2u);
+  EXPECT_EQ(doc["clusters"][1]["cluster"]["insecure-skip-tls-verify"], true);
+  EXPECT_EQ(doc["clusters"][1]["cluster"]["server"], "https://other:443");
+  EXPECT_EQ(doc["contexts"][1]["context"]["user"], "bad");
+  EXPECT_EQ(doc["users"][0]["user"]["token"], "it's-a-token");
+  EXPECT_TRUE(doc["preferences"].is_object());
+}
+
+TEST(Yaml, FlowJsonAnchorsMergeKeysAndScalars) {
+  auto one = [](const char* text) {
+    auto d = parseYamlDocuments(text);
+    EXPECT_TRUE(d) << text << ": " << d.error().message;
+    return d && !d->empty() ? d->front() : nlohmann::json();
+  };
+  EXPECT_EQ(one("{a: [1, 'x', \"y\"], b: {c: ~}}").dump(), R"({"a":["1","x","y"],"b":{"c":null}})");
+  EXPECT_EQ(one(R"({"a": true, "b": [false, null, 2.5], "c": "s"})").dump(),
+            R"({"a":true,"b":[false,null,"2.5"],"c":"s"})");
+  // YAML 1.1 booleans as kubectl's go-yaml reads them; quoted, they stay strings.
+  EXPECT_EQ(one("[yes, No, ON, off, y, N, 'yes', True]").dump(),
+            R"([true,false,true,false,true,false,"yes",true])");
+  EXPECT_EQ(one("base: &b {x: 1, y: 2}\nuse: *b\nover:\n  <<: *b\n  y: 3\n").dump(),
+            R"({"base":{"x":"1","y":"2"},"over":{"x":"1","y":"3"},"use":{"x":"1","y":"2"}})");
+  EXPECT_EQ(one("a: &a {k: a}\nb: &b {k: b, j: b}\nm:\n  <<: [*a, *b]\n").dump(),
+            R"({"a":{"k":"a"},"b":{"j":"b","k":"b"},"m":{"j":"b","k":"a"}})");
+  EXPECT_EQ(one("t: |\n  line 1\n  line 2\nf: >-\n  folded\n  text\n").dump(),
+            R"({"f":"folded text","t":"line 1\nline 2\n"})");
+  EXPECT_EQ(one("k: 1\nk: 2\n").dump(), R"({"k":"2"})");  // the last one, as kubectl
+  auto multi = parseYamlDocuments("---\na: 1\n---\nb: 2\n...\n");
+  ASSERT_TRUE(multi);
+  EXPECT_EQ(multi->size(), 2u);
+  auto empty = parseYamlDocuments("");
+  ASSERT_TRUE(empty);
+  EXPECT_TRUE(empty->empty());
+}
+
+TEST(Yaml, ErrorsNameWhereAndExpansionIsBounded) {
+  auto tab = parseYamlDocuments("a: 1\n\tb: 2\n");
+  ASSERT_FALSE(tab);
+  EXPECT_NE(tab.error().message.find("line 2"), std::string::npos) << tab.error().message;
+  EXPECT_FALSE(parseYamlDocuments("{a: [1, 2\n"));
+  EXPECT_FALSE(parseYamlDocuments("? [a, b]\n: c\n"));  // a key JSON cannot have
+  EXPECT_FALSE(parseYamlDocuments("a: *nothing\n"));
+  EXPECT_FALSE(parseYamlDocuments("m:\n  <<: scalar\n"));
+  // A billion laughs: ten aliases per level, nine levels, is 10^9 values once expanded.
+  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 10; ++i) {
+    bomb += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) bomb += (k ? ", *a" : "*a") + std::to_string(i - 1);
+    bomb += "]\n";
+  }
+  auto b = parseYamlDocuments(bomb);
+  ASSERT_FALSE(b);
+  EXPECT_NE(b.error().message.find("aliases"), std::string::npos) << b.error().message;
+  std::string deep(200, '[');
+  EXPECT_FALSE(parseYamlDocuments(deep + std::string(200, ']')));
 }
 
 std::string withoutBrokenContext() {
@@ -68,22 +123,6 @@ std::string withoutBrokenContext() {
   auto at = text.find("- context: {cluster");
   auto end = text.find("current-context");
   return text.substr(0, at) + text.substr(end);
-}
-
-TEST(YamlLite, ScalarsSequencesAndMappings) {
-  auto doc = parseYamlSubset(withoutBrokenContext());
-  ASSERT_TRUE(doc) << doc.error().message;
-  EXPECT_EQ((*doc)["clusters"].size(), 2u);
-  EXPECT_EQ((*doc)["clusters"][1]["cluster"]["insecure-skip-tls-verify"], true);
-  EXPECT_EQ((*doc)["clusters"][1]["cluster"]["server"], "https://other:443");
-  EXPECT_EQ((*doc)["users"][0]["user"]["token"], "it's-a-token");
-  EXPECT_TRUE((*doc)["preferences"].is_object());
-  EXPECT_FALSE(parseYamlSubset("a: 1\n\tb: 2\n"));
-  EXPECT_FALSE(parseYamlSubset("a: 1\na: 2\n"));
-  EXPECT_FALSE(parseYamlSubset("a: |\n  text\n"));
-  auto list = parseYamlSubset("- a\n- b: 1\n  c: 2\n-\n  d: 3\n");
-  ASSERT_TRUE(list) << list.error().message;
-  EXPECT_EQ(list->dump(), R"(["a",{"b":"1","c":"2"},{"d":"3"}])");
 }
 
 TEST(Kubeconfig, CurrentContextWithInlineData) {
@@ -135,6 +174,47 @@ users:
   EXPECT_FALSE(parseKubeconfig("- not a map\n", "/"));
 }
 
+TEST(Kubeconfig, WrongTypesAreNotAThrow) {
+  // A quoted boolean is text: not insecure (json::value<bool> used to throw on it).
+  auto c = parseKubeconfig(
+      "current-context: c\ncontexts: [{name: c, context: {cluster: k, user: 7}}]\n"
+      "clusters: [{name: k, cluster: {server: https://k, insecure-skip-tls-verify: 'true'}}]\n",
+      "/");
+  ASSERT_FALSE(c);  // user "7" is not defined
+  auto d = parseKubeconfig(
+      "current-context: c\ncontexts: [{name: c, context: {cluster: k}}]\n"
+      "clusters: [{name: k, cluster: {server: https://k, insecure-skip-tls-verify: 'true'}}]\n",
+      "/");
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_FALSE(d->insecure);
+  EXPECT_FALSE(parseKubeconfig("clusters: {a: b}\ncurrent-context: c\n", "/"));
+}
+
+TEST(Kubeconfig, PathListMergesAsKubectl) {
+  auto dir =
+      std::filesystem::temp_directory_path() / ("nodegate-kube-list-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "b");
+  std::ofstream(dir / "a") << "current-context: c\ncontexts:\n- {name: c, context: {cluster: k, "
+                              "user: u, namespace: ns}}\nusers:\n- {name: u, user: {token: a}}\n";
+  std::ofstream(dir / "b" / "config")
+      << R"({"current-context": "other", "clusters": [{"name": "k", "cluster": {"server":
+         "https://b", "certificate-authority": "ca.crt"}}], "users": [{"name": "u", "user":
+         {"token": "b"}}], "contexts": [{"name": "c", "context": {"cluster": "x"}}]})";
+  const std::string list = (dir / "missing").string() + ":" + (dir / "a").string() +
+                           "::" + (dir / "b" / "config").string();
+  auto c = loadKubeconfigList(list);
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->server, "https://b");
+  EXPECT_EQ(c->token, "a");
+  EXPECT_EQ(c->namespace_name, "ns");
+  EXPECT_EQ(c->ca_file, (dir / "b" / "ca.crt").string());
+  auto none = loadKubeconfigList((dir / "missing").string());
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.error().message.find("none of the files exists"), std::string::npos);
+  EXPECT_FALSE(loadKubeconfig((dir / "missing").string()));  // --kubeconfig: must exist
+  std::filesystem::remove_all(dir);
+}
+
 std::string pemOf(const std::string& der);
 
 TEST(RedactedUrl, MasksUserInformationOnly) {
@@ -167,6 +247,35 @@ TEST(InCluster, ReadsEnvAndServiceAccountDir) {
   ::unsetenv("KUBERNETES_SERVICE_HOST");
   EXPECT_FALSE(inClusterAvailable(dir.string()));
   EXPECT_FALSE(loadInCluster(dir.string()));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CredentialFiles, DevicesFifosAndHugeFilesAreClearErrors) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("nodegate-kube-files-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string fifo = (dir / "fifo").string(), big = (dir / "big").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::ofstream(big) << std::string(kMaxCredentialFileBytes + 1, '#');
+  std::ofstream(dir / "ok") << "token\n";
+  for (const auto& [path, why] :
+       std::vector<std::pair<std::string, std::string>>{{"/dev/zero", "not a regular file"},
+                                                        {fifo, "not a regular file"},
+                                                        {big, "larger than"}}) {
+    auto r = readCredentialFile(path, "token");  // a FIFO with no writer must not block
+    ASSERT_FALSE(r) << path;
+    EXPECT_NE(r.error().message.find("failed to read token " + path + ": "), std::string::npos)
+        << r.error().message;
+    EXPECT_NE(r.error().message.find(why), std::string::npos) << r.error().message;
+  }
+  auto missing = readCredentialFile((dir / "missing").string(), "kubeconfig");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ENOENT);
+  auto ok = readCredentialFile((dir / "ok").string(), "token");
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_EQ(*ok, "token\n");
+  // The same bound wherever credentials come from: the kubeconfig and the files it names.
+  EXPECT_FALSE(loadKubeconfig(fifo));
   std::filesystem::remove_all(dir);
 }
 

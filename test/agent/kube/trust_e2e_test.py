@@ -24,7 +24,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "fakeapi"))
-from harness import FakeApi, eventually, free_port, stop, to_yaml  # noqa: E402
+from harness import FakeApi, eventually, free_port, nodegate_binary, stop, to_yaml  # noqa: E402
 
 NODE = "trust-node"
 GATE = "nodegate.io/vm-ready"
@@ -34,9 +34,7 @@ FOREIGN = {"kubernetes.io/hostname": NODE, "team": "storage", "kubevirt.io/sched
 class Trust(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.binary = os.environ.get("NODEGATE")
-        if not cls.binary or not os.access(cls.binary, os.X_OK):
-            raise unittest.SkipTest("$NODEGATE is not set to the nodegate binary (run through ctest)")
+        cls.binary = nodegate_binary()
         cls.api = FakeApi("trust", nodes=[], bookmark_interval=2, port_range="19420-19439")
         cls.tmp = tempfile.mkdtemp(prefix="nodegate-kube-trust-")
         cls.root = os.path.join(cls.tmp, "host")
