@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include "device_node.h"
 #include "text.h"
 
 namespace nodegate {
@@ -43,7 +44,8 @@ CpuInfo parseCpuInfo(std::string_view text) {
   return info;
 }
 
-CheckResult evaluateCpuVirt(const CpuInfo& info, bool kvm_misc_present, const KvmBackend& backend) {
+CheckResult evaluateCpuVirt(const CpuInfo& info, std::optional<bool> kvm_registered,
+                            const KvmBackend& backend) {
   if (info.processors == 0 || info.arch.empty()) {
     // Nothing is known, so no label is published as if it were.
     return makeResult(kCpuVirtCheck, Status::Unknown, "CpuInfoUnreadable",
@@ -61,7 +63,16 @@ CheckResult evaluateCpuVirt(const CpuInfo& info, bool kvm_misc_present, const Kv
                    : "; KVM backend present: " + describeBackend(backend) + " (see kvm-device)";
   }
   CheckResult r;
+  if (info.arch == "arm64" && !kvm_registered) {
+    // arm64 has no CPU flag for it: the kernel's KVM device is the only signal, and it is unread.
+    r = makeResult(kCpuVirtCheck, Status::Unknown, "SysfsUnreadable",
+                   "arm64 CPU; sysfs cannot be read to see whether the kernel has KVM",
+                   "give the agent the host's /sys (--path.sysfs)");
+    r.evidence.push_back({"cpuinfo arch", info.arch});
+    return r;
+  }
   if (info.arch == "arm64") {
+    const bool kvm_misc_present = *kvm_registered;
     if (kvm_misc_present) {
       r = makeResult(kCpuVirtCheck, Status::Pass, "Arm64KvmSupported",
                      "arm64 CPU with KVM support in the running kernel");
@@ -98,7 +109,7 @@ CheckResult evaluateCpuVirt(const CpuInfo& info, bool kvm_misc_present, const Kv
                                          : info.flags.count("svm") ? "svm"
                                                                    : "no vmx/svm"});
   r.evidence.push_back({"cpuinfo hypervisor flag", hypervisor ? "present" : "absent"});
-  r.evidence.push_back({"kvm backend", backend.modules.empty() ? "none loaded" : backend.seen});
+  r.evidence.push_back({"kvm backend", backendEvidence(backend)});
   r.labels["hypervisor"] = hypervisor ? "true" : "false";
   return r;
 }
@@ -109,9 +120,8 @@ CheckResult CpuVirtProbe::run(const ProbeContext& ctx) {
     return makeResult(kCpuVirtCheck, Status::Unknown, "CpuInfoUnreadable", text.error().message,
                       "check that the host's /proc is mounted (--host-root / --path.procfs)");
   }
-  struct stat st {};
-  bool kvm_misc = ::stat(ctx.host.sys("class/misc/kvm").c_str(), &st) == 0;
-  auto r = evaluateCpuVirt(parseCpuInfo(*text), kvm_misc, readKvmBackend(ctx.host));
+  auto r = evaluateCpuVirt(parseCpuInfo(*text), miscRegistered(ctx.host, "kvm"),
+                           readKvmBackend(ctx.host));
   r.evidence.insert(r.evidence.begin(), {"source", ctx.host.proc("cpuinfo")});
   return r;
 }

@@ -4,6 +4,7 @@
 // host may still have a KVM (kvm_pvm, paravirtual): the verdict names it, kvm-device tests it.
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -25,9 +26,10 @@ struct CpuInfo {
 // yields processors == 0, which the evaluator treats as UNKNOWN.
 CpuInfo parseCpuInfo(std::string_view text);
 
-// Pure evaluation. kvm_misc_present: <sys>/class/misc/kvm exists (the arm64 signal); backend:
-// the KVM backend really present, named so that a reader of a FAIL learns what KVM there is.
-CheckResult evaluateCpuVirt(const CpuInfo& info, bool kvm_misc_present,
+// Pure evaluation. kvm_registered: <sys>/class/misc/kvm exists (the arm64 signal; nullopt when
+// sysfs cannot be read); backend: the KVM backend really present, named so that a reader of a
+// FAIL learns what KVM there is.
+CheckResult evaluateCpuVirt(const CpuInfo& info, std::optional<bool> kvm_registered,
                             const KvmBackend& backend = {});
 
 inline constexpr char kCpuVirtCheck[] = "cpu-virt";

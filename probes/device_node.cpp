@@ -1,5 +1,6 @@
 #include "device_node.h"
 
+#include <sys/stat.h>
 #include <sys/sysmacros.h>
 
 #include <cerrno>
@@ -7,17 +8,47 @@
 
 namespace nodegate {
 
-DeviceNode openDeviceNode(DeviceIo& io, const std::string& path, unsigned want_major,
-                          unsigned want_minor, int flags) {
+std::optional<std::string> devfsProblem(DeviceIo& io, const std::string& devfs) {
+  auto dir = io.statPath(devfs);
+  if (!dir) return "cannot read the device directory " + devfs + ": " + causeOf(dir.error());
+  if (!S_ISDIR(dir->st_mode)) return devfs + " is not a directory";
+  const std::string null = devfs + "/null";
+  auto st = io.statPath(null);
+  if (!st || !S_ISCHR(st->st_mode) || major(st->st_rdev) != 1 || minor(st->st_rdev) != 3)
+    return devfs + " has no null device (char 1:3 at " + null +
+           "), so it is not a device filesystem: absent nodes there prove nothing";
+  return std::nullopt;
+}
+
+std::optional<bool> miscRegistered(const HostRoot& host, std::string_view name) {
+  if (!sysfsReadable(host)) return std::nullopt;
+  struct stat st {};
+  return ::stat(host.sys("class/misc/" + std::string(name)).c_str(), &st) == 0;
+}
+
+std::string registeredEvidence(const std::optional<bool>& registered) {
+  if (!registered) return "unknown: sysfs cannot be read";
+  return *registered ? "present" : "absent";
+}
+
+DeviceNode openDeviceNode(DeviceIo& io, const HostRoot& host, std::string_view rel,
+                          unsigned want_major, unsigned want_minor, int flags) {
   DeviceNode n;
-  n.path = path;
+  n.path = host.dev(rel);
   n.want_major = want_major;
   n.want_minor = want_minor;
+  const std::string& path = n.path;
   auto st = io.statPath(path);
   if (!st) {
     n.error = st.error();
     n.state =
         st.error().code == ENOENT ? DeviceNode::State::Missing : DeviceNode::State::StatFailed;
+    if (n.state == DeviceNode::State::Missing) {
+      if (auto why = devfsProblem(io, host.dev())) {
+        n.state = DeviceNode::State::DevfsUnreadable;
+        n.error = Error{ENOENT, *why};
+      }
+    }
     return n;
   }
   if (!S_ISCHR(st->st_mode)) {
@@ -72,7 +103,12 @@ std::optional<CheckResult> evaluateDeviceNode(const DeviceNode& n, const DeviceN
       "mknod " + dev + " c " + std::to_string(n.want_major) + " " + std::to_string(n.want_minor);
   switch (n.state) {
     case S::Missing:
-      if (t.registered)
+      if (!t.registered)
+        return makeResult(t.check, Status::Unknown, "SysfsUnreadable",
+                          dev + " does not exist, and sysfs cannot be read to tell whether the " +
+                              t.driver + " driver is in the kernel",
+                          "give the agent the host's /sys (--path.sysfs)");
+      if (*t.registered)
         return makeResult(
             t.check, t.bad, "DeviceNodeMissing",
             "the " + t.driver + " driver is registered but " + dev + " does not exist",
@@ -83,6 +119,10 @@ std::optional<CheckResult> evaluateDeviceNode(const DeviceNode& n, const DeviceN
           t.check, t.bad, "DeviceMissing",
           dev + " does not exist and the kernel registered no " + t.driver + " device",
           t.driver_hint);
+    case S::DevfsUnreadable:
+      return makeResult(t.check, Status::Unknown, "DevfsUnreadable", n.error.message,
+                        "give the agent the host's /dev, a devtmpfs (mount it at --path.devfs "
+                        "or under --host-root)");
     case S::StatFailed:
       return makeResult(t.check, Status::Unknown, "DeviceUnreadable", n.error.message,
                         "give the agent access to the host's /dev (mount it at --path.devfs)");
@@ -127,6 +167,7 @@ Evidence nodeEvidence(const DeviceNode& n) {
     case DeviceNode::State::Missing:
       return {n.path, "missing"};
     case DeviceNode::State::StatFailed:
+    case DeviceNode::State::DevfsUnreadable:
       return {n.path, n.error.message};
     case DeviceNode::State::NotCharDevice:
       return {n.path, "not a character device"};

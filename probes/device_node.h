@@ -6,15 +6,18 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "nodegate/check.h"
+#include "nodegate/host_root.h"
 #include "nodegate/seams.h"
 
 namespace nodegate {
 
 struct DeviceNode {
   enum class State {
-    Missing,           // stat: ENOENT
+    Missing,           // stat: ENOENT, in a device directory that is there to look in
+    DevfsUnreadable,   // stat: ENOENT, but <dev> is no device directory (devfsProblem)
     StatFailed,        // stat: any other errno (EACCES on a parent directory, ...)
     NotCharDevice,     // exists but is a file, directory or block device
     WrongNumber,       // a char device, but not the major:minor the driver registers
@@ -31,9 +34,23 @@ struct DeviceNode {
   Error error;                              // the stat/open error, when there was one
 };
 
-// Never throws; the returned fd (state Open) must be closed through the same DeviceIo.
-DeviceNode openDeviceNode(DeviceIo& io, const std::string& path, unsigned want_major,
-                          unsigned want_minor, int flags);
+// Opens <dev>/rel (host.dev(rel)). An absent node is Missing only when <dev> itself is a device
+// directory to look in; else DevfsUnreadable with devfsProblem's reason. Never throws; the
+// returned fd (state Open) must be closed through the same DeviceIo.
+DeviceNode openDeviceNode(DeviceIo& io, const HostRoot& host, std::string_view rel,
+                          unsigned want_major, unsigned want_minor, int flags);
+
+// Why `devfs` is not a device directory whose lack of a node means anything, or nullopt when it
+// is one: it must be a directory (stat through the seam) that holds the null device, char 1:3,
+// which every devtmpfs and every container's /dev has. An absent path, a wrong --path.devfs or
+// an empty mount point (a hostPath of / without its submounts) has none.
+std::optional<std::string> devfsProblem(DeviceIo& io, const std::string& devfs);
+
+// Whether the driver registered its misc device (<sys>/class/misc/<name> exists); nullopt when
+// sysfs itself cannot be read (sysfsReadable), so that registration is unknown, not "no".
+std::optional<bool> miscRegistered(const HostRoot& host, std::string_view name);
+// The evidence for it: "present", "absent" or why sysfs could not be read.
+std::string registeredEvidence(const std::optional<bool>& registered);
 
 // The cause alone ("Permission denied"), for messages that already name the path.
 std::string causeOf(const Error& e);
@@ -43,10 +60,11 @@ Evidence nodeEvidence(const DeviceNode& node);
 
 // How one device probe words what all device nodes share.
 struct DeviceNodeTexts {
-  std::string check;            // "tun"
-  std::string driver;           // "tun", as in "the tun driver is registered"
-  Status bad = Status::Fail;    // what an unusable node is: FAIL, or WARN for an optional device
-  bool registered = false;      // <sys>/class/misc/<name> exists: the driver is in the kernel
+  std::string check;          // "tun"
+  std::string driver;         // "tun", as in "the tun driver is registered"
+  Status bad = Status::Fail;  // what an unusable node is: FAIL, or WARN for an optional device
+  std::optional<bool>
+      registered;               // miscRegistered(): the driver is in the kernel (nullopt: unknown)
   std::string permission_hint;  // who needs the node and how the check gets to open it
   std::string driver_hint;      // how to get the driver (see moduleHint in kernel_modules.h)
 };

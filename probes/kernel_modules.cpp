@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cerrno>
 
+#include "device_node.h"
 #include "text.h"
 
 namespace nodegate {
@@ -133,7 +134,8 @@ std::map<std::string, bool> requiredModules(const ModulesObservation& o) {
 }
 
 bool noBackendPossible(const ModulesObservation& o) {
-  return o.arch == "x86" && o.backend.modules.empty() && o.cpu_module.empty();
+  return o.arch == "x86" && o.backend.modules.empty() && o.backend.unreadable.empty() &&
+         o.cpu_module.empty();
 }
 
 namespace {
@@ -172,9 +174,13 @@ CheckResult evaluateKernelModules(const ModulesObservation& o) {
       ev.push_back({"module " + name, where});
       continue;
     }
-    if (!o.builtin && required && !o.no_module_support) {
+    // Without modules.builtin a built-in module shows only in sysfs, and a kernel that loads
+    // modules may still autoload it: neither unread place makes it missing.
+    if (!o.builtin && required && (!o.no_module_support || !o.sysfs_error.empty())) {
       appendWord(undecided, name);
-      ev.push_back({"module " + name, "not loaded; built-in list unreadable"});
+      ev.push_back({"module " + name, o.sysfs_error.empty()
+                                          ? "not loaded; built-in list unreadable"
+                                          : "not loaded; built-in list and sysfs unreadable"});
       continue;
     }
     // A recommended module is one fact of another check (vhost_net: the vhost-net check): it
@@ -191,10 +197,11 @@ CheckResult evaluateKernelModules(const ModulesObservation& o) {
   if (o.backend.modules.empty() && o.arch != "arm64")
     ev.push_back({"kvm backend", no_backend ? "none: the CPU exposes no vmx/svm, so neither "
                                               "kvm_intel nor kvm_amd can load (see cpu-virt)"
-                                            : "none loaded"});
+                                            : describeBackend(o.backend)});
   if (o.arch == "arm64")
-    ev.push_back({"module kvm", o.kvm_misc_present ? "built in (arm64, misc device present)"
-                                                   : "not in the running kernel (arm64)"});
+    ev.push_back({"module kvm", !o.kvm_registered   ? "unknown (arm64): sysfs cannot be read"
+                                : *o.kvm_registered ? "built in (arm64, misc device present)"
+                                                    : "not in the running kernel (arm64)"});
 
   std::optional<bool> support;
   if (o.no_module_support) support = false;
@@ -216,7 +223,8 @@ CheckResult evaluateKernelModules(const ModulesObservation& o) {
     r = makeResult(kKernelModulesCheck, Status::Unknown, "BuiltinListUnreadable",
                    "not loaded, and cannot tell whether built in: " + undecided,
                    "mount the host's /lib/modules (--path.rootfs) so modules.builtin of release " +
-                       (o.release.empty() ? std::string("?") : o.release) + " can be read");
+                       (o.release.empty() ? std::string("?") : o.release) + " can be read" +
+                       (o.sysfs_error.empty() ? "" : ", or its /sys (--path.sysfs)"));
   } else {
     r = makeResult(kKernelModulesCheck, Status::Pass, "ModulesPresent",
                    "every module KubeVirt needs is loaded or built in" +
@@ -240,8 +248,8 @@ CheckResult KernelModulesProbe::run(const ProbeContext& ctx) {
   o.arch = kvm.arch;
   o.cpu_module = kvm.cpu_module;
   o.backend = kvm.backend;
-  struct stat st {};
-  o.kvm_misc_present = ::stat(ctx.host.sys("class/misc/kvm").c_str(), &st) == 0;
+  o.kvm_registered = miscRegistered(ctx.host, "kvm");
+  if (auto sys = sysfsReadable(ctx.host); !sys) o.sysfs_error = sys.error().message;
   if (auto text = readFile(ctx.host.proc("modules"))) {
     o.loaded = parseProcModules(*text);
   } else if (kernelModuleSupport(ctx.host) == false) {
@@ -266,6 +274,7 @@ CheckResult KernelModulesProbe::run(const ProbeContext& ctx) {
   // on x86 any backend registers "kvm", so the device cannot say which one.
   const std::map<std::string, std::string> misc = {
       {"kvm", "kvm"}, {"tun", "tun"}, {"vhost_net", "vhost-net"}};
+  struct stat st {};
   for (const auto& [name, required] : requiredModules(o)) {
     (void)required;
     if (::stat(ctx.host.sys("module/" + name).c_str(), &st) == 0) o.in_sysfs.insert(name);

@@ -45,7 +45,7 @@ struct ModulesObservation {
   std::string arch;        // cpuinfo arch
   std::string cpu_module;  // the vendor module the CPU flags allow (kvm_intel / kvm_amd / "")
   KvmBackend backend;      // the KVM backend really loaded or built in
-  bool kvm_misc_present = false;                 // arm64: KVM is a boolean Kconfig, never a module
+  std::optional<bool> kvm_registered;            // arm64: KVM is a boolean Kconfig, never a module
   std::optional<std::set<std::string>> loaded;   // nullopt: /proc/modules unreadable
   std::optional<std::set<std::string>> builtin;  // nullopt: modules.builtin unreadable
   std::map<std::string, std::string> devname;    // modules.devname (empty if unreadable)
@@ -56,6 +56,9 @@ struct ModulesObservation {
   bool no_module_support = false;  // <proc>/modules absent: a kernel built without modules
   std::string release;             // "" when osrelease is unreadable
   std::string loaded_error, builtin_error;
+  // Why sysfs could not be read: in_sysfs and misc_registered are then empty for want of a
+  // look, and a module found nowhere else is undecided, not missing.
+  std::string sysfs_error;
 };
 
 // Names this host needs, each with whether it is required (FAIL when missing) or only

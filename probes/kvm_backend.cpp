@@ -66,16 +66,24 @@ std::string cpuKvmModule(const CpuInfo& cpu) {
 KvmBackend readKvmBackend(const HostRoot& host) {
   std::optional<std::set<std::string>> loaded;
   if (auto text = readFile(host.proc("modules"))) loaded = parseProcModules(*text);
-  // Only names are read, and only those that start with "kvm": a few of ~100 entries. An
-  // unreadable directory leaves the set empty (the evidence then says "none loaded").
+  // Only names are read, and only those that start with "kvm": a few of ~100 entries. A sysfs
+  // that cannot be read, or a module/ that cannot be listed, leaves the backend unknown, never
+  // "none"; an absent module/ in a readable sysfs lists nothing (as elsewhere: absence is a
+  // value only where the place to look is there).
   std::set<std::string> sysfs;
+  std::string unreadable;
+  if (auto sys = sysfsReadable(host); !sys) unreadable = sys.error().message;
   std::error_code ec;
   std::filesystem::directory_iterator it(host.sys("module"), ec), end;
   for (; !ec && it != end; it.increment(ec)) {
     auto name = it->path().filename().string();
     if (name.rfind("kvm", 0) == 0) sysfs.insert(normalizeModuleName(name));
   }
-  return pickKvmBackend(loaded, sysfs, host.proc("modules"), host.sys("module"));
+  if (ec && ec != std::errc::no_such_file_or_directory && unreadable.empty())
+    unreadable = "failed to list " + host.sys("module") + ": " + ec.message();
+  auto b = pickKvmBackend(loaded, sysfs, host.proc("modules"), host.sys("module"));
+  b.unreadable = std::move(unreadable);
+  return b;
 }
 
 KvmHostFacts readKvmHostFacts(const HostRoot& host) {
@@ -92,11 +100,17 @@ KvmHostFacts readKvmHostFacts(const HostRoot& host) {
 }
 
 std::string describeBackend(const KvmBackend& b) {
-  if (b.modules.empty()) return "none loaded";
+  if (b.modules.empty())
+    return b.unreadable.empty() ? "none loaded" : "unknown (" + b.unreadable + ")";
   std::string out;
   for (const auto& m : b.modules)
     out += (out.empty() ? "" : ", ") + m + (isParavirtualKvmBackend(m) ? " (paravirtual)" : "");
   return out;
+}
+
+std::string backendEvidence(const KvmBackend& b) {
+  if (b.modules.empty()) return describeBackend(b);
+  return b.unreadable.empty() ? b.seen : b.seen + "; built-in ones unknown (" + b.unreadable + ")";
 }
 
 }  // namespace nodegate

@@ -30,6 +30,9 @@ struct KvmBackend {
   std::vector<std::string> modules;
   // How each was seen, for evidence: "kvm_pvm built in (<sys>/module/kvm_pvm)".
   std::string seen;
+  // Why the kernel's list could not be read (<sys>/module not listable): modules then holds
+  // only what <proc>/modules showed, and an empty list is not "none". "" when it was read.
+  std::string unreadable;
   // The one that backs /dev/kvm, as far as nodegate can tell: the first of modules, or "".
   std::string primary() const { return modules.empty() ? std::string() : modules.front(); }
 };
@@ -57,7 +60,10 @@ KvmHostFacts readKvmHostFacts(const HostRoot& host);
 // The backend part alone (for a caller that has read cpuinfo itself).
 KvmBackend readKvmBackend(const HostRoot& host);
 
-// "kvm_pvm (paravirtual)", "kvm_intel", "none loaded": the backend in a reader's words.
+// "kvm_pvm (paravirtual)", "kvm_intel", "none loaded", "unknown (...)": the backend in a
+// reader's words.
 std::string describeBackend(const KvmBackend& backend);
+// The evidence line: how each module was seen, "none loaded", or why it is unknown.
+std::string backendEvidence(const KvmBackend& backend);
 
 }  // namespace nodegate

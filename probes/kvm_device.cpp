@@ -18,11 +18,6 @@ constexpr unsigned kMiscMajor = 10;
 constexpr unsigned kKvmMinor = 232;  // KVM_MINOR in include/linux/miscdevice.h
 constexpr int kKvmApiVersion = 12;   // stable since Linux 2.6.22
 
-bool exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
-
 bool sysfsYes(const std::string& path) {
   auto v = readValue(path);
   return v && (*v == "Y" || *v == "1" || *v == "y");
@@ -62,6 +57,9 @@ std::string loadHint(const KvmObservation& o) {
   if (o.arch == "arm64")
     return "arm64 builds KVM into the kernel: boot with CONFIG_KVM=y at EL2 (bare metal or a "
            "nested-capable hypervisor)";
+  if (o.arch.empty())
+    return "the CPU's flags cannot be read (see the cpu-virt check): which KVM backend could "
+           "load is unknown";
   if (o.cpu_module.empty())
     return "no KVM backend can load: the CPU exposes no vmx/svm (see the cpu-virt check)";
   return moduleHint({o.cpu_module}, o.module_support);
@@ -199,7 +197,7 @@ CheckResult evaluateKvmDevice(const KvmObservation& o) {
   const DeviceNodeTexts texts{kKvmDeviceCheck,
                               "kvm",
                               Status::Fail,
-                              o.sys_misc_present,
+                              o.registered,
                               "run the check as root, or add the user to the kvm group "
                               "(virt-launcher needs " +
                                   o.node.path + " rw)",
@@ -210,8 +208,8 @@ CheckResult evaluateKvmDevice(const KvmObservation& o) {
   else
     r = evaluateOpenKvm(o);
   setDeviceLabel(r, "kvm", r.status == Status::Pass);
-  r.evidence.push_back({"sysfs class/misc/kvm", o.sys_misc_present ? "present" : "absent"});
-  r.evidence.push_back({"kvm backend", o.backend.modules.empty() ? "none loaded" : o.backend.seen});
+  r.evidence.push_back({"sysfs class/misc/kvm", registeredEvidence(o.registered)});
+  r.evidence.push_back({"kvm backend", backendEvidence(o.backend)});
   r.evidence.push_back(nodeEvidence(o.node));
   if (o.api_version)
     r.evidence.push_back({"ioctl KVM_GET_API_VERSION", std::to_string(*o.api_version)});
@@ -243,9 +241,9 @@ KvmObservation observeKvmDevice(DeviceIo& io, const HostRoot& host) {
   o.cpu_module = facts.cpu_module;
   o.backend = facts.backend;
   o.module_support = kernelModuleSupport(host);
-  o.sys_misc_present = exists(host.sys("class/misc/kvm"));
+  o.registered = miscRegistered(host, "kvm");
   o.secure_guest = secureGuest(host);
-  o.node = openDeviceNode(io, host.dev("kvm"), kMiscMajor, kKvmMinor, O_RDWR);
+  o.node = openDeviceNode(io, host, "kvm", kMiscMajor, kKvmMinor, O_RDWR);
   if (o.node.state != DeviceNode::State::Open) return o;
   SeamFd kvm(io, o.node.fd);
 

@@ -31,11 +31,11 @@ struct KvmCapability {
 std::vector<KvmCapability> kvmRequiredCapabilities(std::string_view arch);
 
 struct KvmObservation {
-  std::string arch;                    // from cpuinfo ("" when unreadable)
+  std::string arch;                    // from cpuinfo ("" when unreadable or neither)
   std::string cpu_module;              // the vendor module the CPU flags allow (kvm_backend.h)
   KvmBackend backend;                  // the backend really loaded or built in
   std::optional<bool> module_support;  // kernelModuleSupport(), for the hints
-  bool sys_misc_present = false;       // <sys>/class/misc/kvm: the driver registered the device
+  std::optional<bool> registered;      // miscRegistered(<sys>/class/misc/kvm), nullopt: unknown
   DeviceNode node;
   std::optional<int> api_version;
   Error api_error;

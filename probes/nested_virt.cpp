@@ -78,6 +78,10 @@ CheckResult NestedVirtProbe::run(const ProbeContext& ctx) {
   o.arch = kvm.arch;
   o.cpu_hypervisor = kvm.hypervisor;
   o.backend = kvm.backend.primary();
+  if (o.backend.empty() && !kvm.backend.unreadable.empty()) {
+    o.unreadable = kvm.backend.unreadable;  // no backend seen is not "none loaded"
+    return evaluateNestedVirt(o);
+  }
   o.loads_modules = kernelModuleSupport(ctx.host) != false;
   // The parameter of the backend really there; with none, of the one the CPU would load.
   if (o.backend == "kvm_intel" || o.backend == "kvm_amd")

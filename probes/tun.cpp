@@ -38,7 +38,7 @@ CheckResult evaluateTun(const TunObservation& o) {
       kTunCheck,
       "tun",
       Status::Fail,
-      o.sys_misc_present,
+      o.registered,
       "run the check as root (virt-launcher opens " + dev + " with CAP_NET_ADMIN)",
       moduleHint({"tun"}, o.module_support) + "; virt-launcher creates the guest tap with it"};
   CheckResult r;
@@ -69,10 +69,9 @@ CheckResult evaluateTun(const TunObservation& o) {
 
 CheckResult TunProbe::run(const ProbeContext& ctx) {
   TunObservation o;
-  struct stat st {};
-  o.sys_misc_present = ::stat(ctx.host.sys("class/misc/tun").c_str(), &st) == 0;
+  o.registered = miscRegistered(ctx.host, "tun");
   o.module_support = kernelModuleSupport(ctx.host);
-  o.node = openDeviceNode(*io_, ctx.host.dev("net/tun"), kMiscMajor, kTunMinor, O_RDWR);
+  o.node = openDeviceNode(*io_, ctx.host, "net/tun", kMiscMajor, kTunMinor, O_RDWR);
   if (o.node.state == DeviceNode::State::Open) {
     SeamFd fd(*io_, o.node.fd);
     unsigned features = 0;

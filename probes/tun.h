@@ -14,7 +14,7 @@
 namespace nodegate {
 
 struct TunObservation {
-  bool sys_misc_present = false;       // <sys>/class/misc/tun
+  std::optional<bool> registered;      // miscRegistered(<sys>/class/misc/tun), nullopt: unknown
   std::optional<bool> module_support;  // kernelModuleSupport(): for the hint
   DeviceNode node;
   std::optional<unsigned> features;  // TUNGETFEATURES: IFF_* flags

@@ -33,7 +33,7 @@ CheckResult evaluateVhostNet(const VhostNetObservation& o) {
   const DeviceNodeTexts texts{kVhostNetCheck,
                               "vhost_net",
                               Status::Warn,
-                              o.sys_misc_present,
+                              o.registered,
                               "run the check as root (virt-handler opens " + dev + " as root)",
                               moduleHint({"vhost_net"}, o.module_support) +
                                   "; without it QEMU uses slow userspace virtio-net"};
@@ -51,7 +51,7 @@ CheckResult evaluateVhostNet(const VhostNetObservation& o) {
     }
   }
   setDeviceLabel(r, "vhost-net", r.status == Status::Pass);
-  r.evidence.push_back({"sysfs class/misc/vhost-net", o.sys_misc_present ? "present" : "absent"});
+  r.evidence.push_back({"sysfs class/misc/vhost-net", registeredEvidence(o.registered)});
   r.evidence.push_back(nodeEvidence(o.node));
   if (o.features) {
     char hex[24];
@@ -64,10 +64,9 @@ CheckResult evaluateVhostNet(const VhostNetObservation& o) {
 
 CheckResult VhostNetProbe::run(const ProbeContext& ctx) {
   VhostNetObservation o;
-  struct stat st {};
-  o.sys_misc_present = ::stat(ctx.host.sys("class/misc/vhost-net").c_str(), &st) == 0;
+  o.registered = miscRegistered(ctx.host, "vhost-net");
   o.module_support = kernelModuleSupport(ctx.host);
-  o.node = openDeviceNode(*io_, ctx.host.dev("vhost-net"), kMiscMajor, kVhostNetMinor, O_RDWR);
+  o.node = openDeviceNode(*io_, ctx.host, "vhost-net", kMiscMajor, kVhostNetMinor, O_RDWR);
   if (o.node.state == DeviceNode::State::Open) {
     SeamFd fd(*io_, o.node.fd);
     std::uint64_t features = 0;

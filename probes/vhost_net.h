@@ -20,7 +20,7 @@ namespace nodegate {
 inline constexpr unsigned long kVhostGetFeatures = _IOR(0xAF, 0x00, std::uint64_t);
 
 struct VhostNetObservation {
-  bool sys_misc_present = false;       // <sys>/class/misc/vhost-net
+  std::optional<bool> registered;  // miscRegistered(<sys>/class/misc/vhost-net), nullopt: unknown
   std::optional<bool> module_support;  // kernelModuleSupport(): for the hint
   DeviceNode node;
   std::optional<std::uint64_t> features;  // VHOST_GET_FEATURES

@@ -120,6 +120,34 @@ TEST_F(DeviceNodesRoot, PermissionDeniedIsUnknown) {
   EXPECT_NE(rk.hint.find("kvm group"), std::string::npos);
 }
 
+// An absent node means something only in a device filesystem (#17): this root's dev/ has no
+// null device until the test makes one, like an empty mount point or a wrong --path.devfs.
+TEST_F(DeviceNodesRoot, AbsentNodesCountOnlyInADeviceFilesystem) {
+  KvmDeviceProbe kvm(seams_.device);
+  VhostNetProbe vhost(seams_.device);
+  TunProbe tun(seams_.device);
+  const std::pair<Probe*, const char*> probes[] = {
+      {&kvm, "kvm"}, {&vhost, "vhost-net"}, {&tun, "tun"}};
+  for (auto [p, misc] : probes) {
+    auto r = run(*p);
+    SCOPED_TRACE(std::string(misc) + ": " + r.reason + " " + r.message);
+    EXPECT_EQ(r.status, Status::Unknown);
+    EXPECT_EQ(r.reason, "DevfsUnreadable");
+    EXPECT_TRUE(r.labels.empty());
+  }
+  node("null", 1, 3);
+  // Now the absence is a fact; the real sysfs tells which one: a registered driver without its
+  // node, or no driver at all.
+  for (auto [p, misc] : probes) {
+    auto r = run(*p);
+    SCOPED_TRACE(std::string(misc) + ": " + r.reason + " " + r.message);
+    EXPECT_EQ(r.reason, hostHas(misc) ? "DeviceNodeMissing" : "DeviceMissing");
+    EXPECT_NE(r.status, Status::Unknown);
+    EXPECT_NE(r.status, Status::Pass);
+    EXPECT_FALSE(r.labels.empty());
+  }
+}
+
 TEST_F(DeviceNodesRoot, RealTunAnswersFeatures) {
   if (!hostHas("tun")) GTEST_SKIP() << "this kernel has no tun driver";
   node("net/tun", 10, 200);

@@ -176,7 +176,7 @@ TEST(EvaluateKernelModules, Arm64NeedsNoKvmModule) {
   o.arch = "arm64";
   o.loaded = std::set<std::string>{"tun", "vhost_net"};
   o.builtin = std::set<std::string>{};
-  o.kvm_misc_present = true;
+  o.kvm_registered = true;
   EXPECT_EQ(evaluateKernelModules(o).status, Status::Pass);
   EXPECT_EQ(requiredModules(o).count("kvm"), 0u);
 }
@@ -330,10 +330,13 @@ TEST(EvaluateHugepages, PolicyAndMetrics) {
 
 // --- device probes through the fake seam ---
 
+// A captured host whose sysfs registers tun only, with a /dev holding the null device: an
+// absent node there is a fact.
 struct DeviceFixture : ::testing::Test {
-  HostRoot host{"/nonexistent-nodegate-root"};
+  HostRoot host{std::string(NODEGATE_FIXTURES) + "/hosts/cloud-guest-no-vmx"};
   Config cfg;
   std::shared_ptr<FakeDeviceIo> io = std::make_shared<FakeDeviceIo>();
+  void SetUp() override { io->add(host.dev("null"), testing::nullDeviceNode()); }
 };
 
 TEST_F(DeviceFixture, VhostNetAbsentIsWarnAndFeaturesAreNamed) {

@@ -27,9 +27,11 @@ class FailingExec final : public Exec {
 struct HostileTree {
   std::string name;
   std::filesystem::path root;
-  std::string fixture = std::string(NODEGATE_FIXTURES) + "/hosts/intel-baremetal-vmx";
+  std::string fixture;
 
-  explicit HostileTree(std::string n) : name(std::move(n)) {
+  // A copy of test/fixtures/hosts/<from>.
+  explicit HostileTree(std::string n, const std::string& from = "intel-baremetal-vmx")
+      : name(std::move(n)), fixture(std::string(NODEGATE_FIXTURES) + "/hosts/" + from) {
     root = std::filesystem::temp_directory_path() /
            ("nodegate-hostile-" + std::to_string(::getpid()) + "-" + name);
     std::filesystem::remove_all(root);
@@ -52,14 +54,20 @@ struct HostileTree {
     }
   }
 
+  // The fixture's fake devices (devices.json), as seen under this tree's /dev.
+  std::shared_ptr<testing::FakeDeviceIo> devices() const {
+    auto fake = testing::loadFakeDevices(fixture + "/devices.json", HostRoot(root.string()));
+    return fake ? *fake : nullptr;
+  }
+
   // check -> result. devices: the fixture's fake devices, else none at all.
-  std::map<std::string, CheckResult> run(bool devices = true) const {
+  std::map<std::string, CheckResult> run(bool with_devices = true) const {
+    return run(with_devices ? devices() : std::make_shared<testing::FakeDeviceIo>());
+  }
+  std::map<std::string, CheckResult> run(std::shared_ptr<testing::FakeDeviceIo> fake) const {
     HostRoot host(root.string());
     Seams seams = productionSeams();
-    auto fake = devices ? testing::loadFakeDevices(fixture + "/devices.json", host)
-                        : Result<std::shared_ptr<testing::FakeDeviceIo>>(
-                              std::make_shared<testing::FakeDeviceIo>());
-    if (fake) seams.device = *fake;
+    if (fake) seams.device = std::move(fake);
     seams.exec = std::make_shared<FailingExec>();
     seams.dbus = nullptr;
     Config cfg = defaultConfig();

@@ -182,7 +182,10 @@ TEST_F(KvmFixture, ThisMachinesStopNamesWrmsr) {
   EXPECT_EQ(r.message,
             "KVM answers, but a standard guest cannot enter long mode: the test guest reached "
             "EFER read (stage 4 of 7) and stopped at setting EFER.LME (wrmsr) with "
-            "KVM_EXIT_SHUTDOWN (triple fault); KVM backend: none loaded");
+            "KVM_EXIT_SHUTDOWN (triple fault); KVM backend: unknown (failed to read sysfs at "
+            "/nonexistent-nodegate-root/sys (/nonexistent-nodegate-root/sys/kernel): No such "
+            "file or directory)")
+      << "this fixture's host root does not exist: no backend seen is not \"none loaded\"";
 }
 
 TEST_F(KvmFixture, OtherExitsAndMisbehaviour) {
@@ -285,7 +288,7 @@ TEST_F(KvmFixture, ExitBudget) {
 }
 
 TEST_F(KvmFixture, BeforeTheGuestFailuresStayAsTheyWere) {
-  EXPECT_EQ(runKvm().reason, "DeviceMissing");  // nothing at all
+  EXPECT_EQ(runKvm().reason, "DevfsUnreadable");  // nothing at all, not even a /dev
   auto n = kvmNode();
   n.open_errno = EACCES;
   auto r = runWith(n);
@@ -380,13 +383,11 @@ TEST(PickKvmBackend, FromWhatIsLoadedNeverFromTheVendor) {
 // reasons); only severity and wording of who needs the node differ.
 TEST(DeviceNodes, SameStatesSameReasons) {
   using S = DeviceNode::State;
-  const std::pair<S, const char*> cases[] = {{S::Missing, "DeviceMissing"},
-                                             {S::StatFailed, "DeviceUnreadable"},
-                                             {S::NotCharDevice, "WrongDeviceNode"},
-                                             {S::WrongNumber, "WrongDeviceNode"},
-                                             {S::PermissionDenied, "PermissionDenied"},
-                                             {S::NoDriver, "NoDriver"},
-                                             {S::OpenFailed, "OpenFailed"}};
+  const std::pair<S, const char*> cases[] = {
+      {S::Missing, "DeviceMissing"},       {S::DevfsUnreadable, "DevfsUnreadable"},
+      {S::StatFailed, "DeviceUnreadable"}, {S::NotCharDevice, "WrongDeviceNode"},
+      {S::WrongNumber, "WrongDeviceNode"}, {S::PermissionDenied, "PermissionDenied"},
+      {S::NoDriver, "NoDriver"},           {S::OpenFailed, "OpenFailed"}};
   for (auto [state, reason] : cases) {
     DeviceNode n;
     n.state = state;
@@ -394,12 +395,15 @@ TEST(DeviceNodes, SameStatesSameReasons) {
     KvmObservation k;
     k.node = n;
     k.node.path = "/dev/kvm";
+    k.registered = false;
     TunObservation t;
     t.node = n;
     t.node.path = "/dev/net/tun";
+    t.registered = false;
     VhostNetObservation v;
     v.node = n;
     v.node.path = "/dev/vhost-net";
+    v.registered = false;
     EXPECT_EQ(evaluateKvmDevice(k).reason, reason);
     EXPECT_EQ(evaluateTun(t).reason, reason);
     EXPECT_EQ(evaluateVhostNet(v).reason, reason);
@@ -410,10 +414,14 @@ TEST(DeviceNodes, SameStatesSameReasons) {
   }
   TunObservation t;
   t.node.path = "/dev/net/tun";
-  t.sys_misc_present = true;
+  t.registered = std::nullopt;  // sysfs unreadable: which of the two below is unknown
+  EXPECT_EQ(evaluateTun(t).reason, "SysfsUnreadable");
+  EXPECT_EQ(evaluateTun(t).status, Status::Unknown);
+  EXPECT_TRUE(evaluateTun(t).labels.empty());
+  t.registered = true;
   EXPECT_EQ(evaluateTun(t).reason, "DeviceNodeMissing");
   t.module_support = false;
-  t.sys_misc_present = false;
+  t.registered = false;
   auto r = evaluateTun(t);
   EXPECT_TRUE(has(r.hint, "CONFIG_TUN=y")) << r.hint;
   EXPECT_FALSE(has(r.hint, "modprobe")) << r.hint;
