@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "cli/commands.h"
@@ -61,24 +62,94 @@ std::shared_ptr<const devprobe::Client> deviceProbeClient(const std::string& soc
   }
 }
 
+// glibc's defaults suit a short program with busy threads; the agent is the opposite (many idle
+// threads, a start-up peak). Figures: docs/benchmarks/agent.md ("two arenas", M_MMAP_THRESHOLD).
+void tuneMalloc() {
+  // One arena for all threads: they allocate little, and per-thread arenas are resident memory.
+  ::mallopt(M_ARENA_MAX, 1);
+  // A fixed threshold: left to glibc it follows the largest buffer freed so far (the kernel's BTF
+  // at tracer load), after which large buffers come from a heap that stays grown.
+  ::mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+}
+
+// Extensions may take seconds to start (loading BPF programs): they start on a thread of their
+// own so /healthz, /metrics and signals are served meanwhile; routes they add appear when ready.
+class ExtensionStarter {
+ public:
+  explicit ExtensionStarter(AgentServices& services)
+      : thread_([this, &services] { startAll(services); }) {}
+
+  // Stops the started extensions. Returns false when a start is still running (a slow BPF
+  // load): it is abandoned, and the caller must not run destructors under it.
+  bool stop() {
+    if (!done_) {
+      log::warn("extension still starting at shutdown: abandoned");
+      thread_.detach();
+      return false;
+    }
+    thread_.join();
+    std::lock_guard l(mu_);
+    extensions_.clear();
+    return true;
+  }
+
+ private:
+  void startAll(AgentServices& services) {
+    for (auto& f : agentExtensions()) {
+      auto ext = f.start(services);
+      std::lock_guard l(mu_);
+      if (ext)
+        extensions_.push_back(std::move(ext).value());
+      else
+        log::warn("extension not started", {{"extension", f.name}, {"error", ext.error().message}});
+    }
+    // Start-up is the agent's peak (the kernel's BTF parsed for the tracer, first probe runs,
+    // the registry filled): hand the free pages it left inside the heaps back to the kernel.
+    ::malloc_trim(0);
+    done_ = true;
+  }
+
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Extension>> extensions_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;  // last: it starts in the constructor, after the members it uses
+};
+
+// Takes signals until SIGTERM or SIGINT; SIGHUP reloads --config (a bad one keeps the old).
+void serveSignals(const sigset_t& sigs, const Options& opts, Runner& runner) {
+  for (;;) {
+    siginfo_t info{};
+    int sig = sigwaitinfo(&sigs, &info);
+    if (sig < 0) continue;  // EINTR from a stop/cont
+    if (sig != SIGHUP) {
+      log::info("agent stopping", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+      return;
+    }
+    if (opts.config_path.empty()) {
+      log::info("SIGHUP: no --config to reload");
+      continue;
+    }
+    auto fresh = buildConfig(opts);
+    if (!fresh) {
+      log::error("failed to reload config: keeping the previous one",
+                 {{"path", opts.config_path}, {"error", fresh.error().message}});
+      continue;
+    }
+    log::info("config reloaded", {{"path", opts.config_path}});
+    runner.reload(std::move(fresh).value());
+  }
+}
+
 }  // namespace
 
 int runAgent(const Options& opts) {
-  // glibc gives each thread that allocates an arena of its own (up to 8 per core); the agent's
-  // threads are many and mostly idle and allocate little, so one arena (~1.5 MiB less resident
-  // than glibc's default, ~50 KiB less than two) costs no measurable contention.
-  ::mallopt(M_ARENA_MAX, 1);
-  // Buffers of 128 KiB and more get a mapping of their own, returned to the kernel when freed.
-  // Left to glibc the threshold follows the largest buffer freed so far: once the DNS tracer's
-  // load has freed the kernel's BTF (~6 MiB, parsed twice), the next such buffers come from the
-  // heap, which stays grown (start-up peak 19 MiB instead of 14).
-  ::mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+  tuneMalloc();
   auto loaded = buildConfig(opts);
   if (!loaded) {
     std::cerr << "nodegate: " << loaded.error().message << "\n";
     return 2;
   }
-  const Config initial_config = *loaded;
+  const Config initial_config = std::move(loaded).value();
 
   // Signals are taken synchronously by this thread; every thread started below inherits the mask.
   sigset_t sigs = blockDaemonSignals();
@@ -138,8 +209,6 @@ int runAgent(const Options& opts) {
     rc = 1;
   }
 
-  // Extensions may take seconds to start (loading BPF programs): they start on their own thread
-  // so /healthz, /metrics and signals are served meanwhile; routes they add appear when ready.
   AgentServices services{opts,
                          host,
                          initial_config,
@@ -150,64 +219,14 @@ int runAgent(const Options& opts) {
                          [runner] { return runner->snapshot(); },
                          events ? events.value().get() : nullptr,
                          cluster_dns};
-  std::mutex ext_mu;
-  std::vector<std::unique_ptr<Extension>> extensions;
-  auto ext_done = std::make_shared<std::atomic<bool>>(false);
-  std::thread ext_starter;
+  std::optional<ExtensionStarter> starter;
   if (rc == 0) {
-    ext_starter = std::thread([&services, &ext_mu, &extensions, ext_done] {
-      for (auto& f : agentExtensions()) {
-        auto ext = f.start(services);
-        std::lock_guard l(ext_mu);
-        if (ext)
-          extensions.push_back(std::move(ext).value());
-        else
-          log::warn("extension not started",
-                    {{"extension", f.name}, {"error", ext.error().message}});
-      }
-      // Start-up is the agent's peak (the kernel's BTF parsed for the tracer, first probe runs,
-      // the registry filled): hand the free pages it left inside the heaps back to the kernel.
-      ::malloc_trim(0);
-      *ext_done = true;
-    });
-  }
-
-  while (rc == 0) {
-    siginfo_t info{};
-    int sig = sigwaitinfo(&sigs, &info);
-    if (sig < 0) continue;  // EINTR from a stop/cont
-    if (sig == SIGHUP) {
-      if (opts.config_path.empty()) {
-        log::info("SIGHUP: no --config to reload");
-        continue;
-      }
-      auto fresh = buildConfig(opts);
-      if (!fresh) {
-        log::error("failed to reload config: keeping the previous one",
-                   {{"path", opts.config_path}, {"error", fresh.error().message}});
-        continue;
-      }
-      log::info("config reloaded", {{"path", opts.config_path}});
-      runner->reload(std::move(fresh).value());
-      continue;
-    }
-    log::info("agent stopping", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
-    break;
+    starter.emplace(services);
+    serveSignals(sigs, opts, *runner);
   }
 
   servers.clear();
-  bool starter_stuck = ext_starter.joinable() && !*ext_done;
-  if (starter_stuck) {
-    // Still inside an extension's start (a slow BPF load): do not wait for it.
-    log::warn("extension still starting at shutdown: abandoned");
-    ext_starter.detach();
-  } else if (ext_starter.joinable()) {
-    ext_starter.join();
-  }
-  if (!starter_stuck) {
-    std::lock_guard l(ext_mu);
-    extensions.clear();
-  }
+  const bool starter_stuck = starter && !starter->stop();
   if (events) events.value().reset();
   int abandoned = runner->stop();
   // A probe abandoned at its deadline may still wait for a command (lvm): kill its process group

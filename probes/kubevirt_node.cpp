@@ -107,10 +107,11 @@ void compareDevices(const KubeVirtNodeInputs& in, std::vector<Finding>& out, Che
     r.evidence.push_back({d.check, std::string(toString(dev.status)) + " " + dev.reason});
     const bool offered = alloc && *alloc > 0;
     if (usable && !offered) {
+      const std::string works = d.path + std::string(" works (") + d.check + " " +
+                                std::string(toString(dev.status)) + ")";
       if (!node.capacity.count(res) && !node.allocatable.count(res))
         out.push_back({Status::Fail, "DevicePluginNotRegistered",
-                       d.path + std::string(" works (") + d.check + " " +
-                           std::string(toString(dev.status)) + ") but the Node offers no " + name +
+                       works + " but the Node offers no " + name +
                            ": KubeVirt's device plugin never registered with kubelet",
                        "restart virt-handler on this node (kubectl -n <kubevirt namespace> delete "
                        "pod <virt-handler pod>): it registers its device plugins at start; if it "
@@ -118,8 +119,7 @@ void compareDevices(const KubeVirtNodeInputs& in, std::vector<Finding>& out, Che
                            res + " device plugin\")"});
       else
         out.push_back({Status::Fail, "DevicePluginUnhealthy",
-                       d.path + std::string(" works (") + d.check + " " +
-                           std::string(toString(dev.status)) + ") but KubeVirt offers " +
+                       works + " but KubeVirt offers " +
                            (alloc ? std::to_string(*alloc) : quantityText(node.allocatable, res)) +
                            " of capacity " + quantityText(node.capacity, res) + " " + name +
                            ": its device plugin marked the device unhealthy",

@@ -536,6 +536,58 @@ class Monitoring(unittest.TestCase):
         self.assertEqual(sm["spec"]["selector"]["matchLabels"], svc["spec"]["selector"])
         self.assertEqual(sm["spec"]["endpoints"][0]["port"], svc["spec"]["ports"][0]["name"])
 
+    def test_kube_rbac_proxy(self):
+        # Off by default: the agent serves /metrics on every address, no proxy, no reviews.
+        for case in ["defaults-1.31", "monitoring-1.31", "custom-1.31"]:
+            docs = load(case)
+            ds, c = agent_container(docs)
+            names = [x["name"] for x in ds["spec"]["template"]["spec"]["containers"]]
+            self.assertNotIn("kube-rbac-proxy", names, case)
+            self.assertFalse([r for r in rules_of(one(docs, "ClusterRole", "nodegate"))
+                              if r[1] in ("tokenreviews", "subjectaccessreviews")], case)
+        docs = load("rbac-proxy-1.31")
+        ds, agent = agent_container(docs)
+        spec = ds["spec"]["template"]["spec"]
+        (proxy,) = [x for x in spec["containers"] if x["name"] == "kube-rbac-proxy"]
+        # The agent's metrics listener is on the node's loopback only: the proxy is the way in.
+        self.assertIn("--listen=127.0.0.1:9810", agent["args"])
+        self.assertEqual(proxy["image"], "mirror.example/brancz/kube-rbac-proxy:v0.18.1")
+        for want in ["--secure-listen-address=0.0.0.0:9813", "--upstream=http://127.0.0.1:9810/",
+                     "--allow-paths=/metrics", "--tls-min-version=VersionTLS12",
+                     "--tls-cert-file=/etc/kube-rbac-proxy/tls.crt",
+                     "--tls-private-key-file=/etc/kube-rbac-proxy/tls.key"]:
+            self.assertIn(want, proxy["args"])
+        sc = proxy["securityContext"]
+        self.assertEqual((sc["runAsNonRoot"], sc["readOnlyRootFilesystem"], sc["allowPrivilegeEscalation"]),
+                         (True, True, False))
+        self.assertEqual(sc["capabilities"], {"drop": ["ALL"]})
+        mounts = {m["name"]: m["mountPath"] for m in proxy["volumeMounts"]}
+        self.assertEqual(mounts["kube-rbac-proxy-tls"], "/etc/kube-rbac-proxy")
+        # The pod mounts no token by default (the helper has none): the proxy gets the agent's.
+        self.assertEqual(mounts["kube-api-access"], "/var/run/secrets/kubernetes.io/serviceaccount")
+        (vol,) = [v for v in spec["volumes"] if v["name"] == "kube-rbac-proxy-tls"]
+        self.assertEqual(vol["secret"]["secretName"], "nodegate-metrics-tls")
+        # Reviews for the proxy, and the role a scraper is bound to.
+        rules = rules_of(one(docs, "ClusterRole", "nodegate"))
+        self.assertIn(("authentication.k8s.io", "tokenreviews", "create", None), rules)
+        self.assertIn(("authorization.k8s.io", "subjectaccessreviews", "create", None), rules)
+        reader = one(docs, "ClusterRole", "nodegate-metrics-reader")
+        self.assertEqual(reader["rules"], [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+        # Service and monitors point at the proxy's port, over https, with a token.
+        svc = one(docs, "Service")
+        self.assertEqual(svc["spec"]["ports"], [{"name": "https-metrics", "port": 9813,
+                                                 "targetPort": "https-metrics", "protocol": "TCP"}])
+        self.assertEqual(proxy["ports"][0]["name"], "https-metrics")
+        sm = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
+        self.assertEqual((sm["port"], sm["scheme"]), ("https-metrics", "https"))
+        self.assertEqual(sm["bearerTokenFile"], "/var/run/secrets/kubernetes.io/serviceaccount/token")
+        self.assertEqual(sm["tlsConfig"]["serverName"], "nodegate")
+        pm = one(docs, "PodMonitor")["spec"]["podMetricsEndpoints"][0]
+        self.assertEqual((pm["port"], pm["scheme"]), ("https-metrics", "https"))
+        self.assertEqual(pm["authorization"], {"credentials": {"name": "prometheus-token", "key": "token"}})
+        # The kubelet's probes stay on the agent's plain loopback health listener.
+        self.assertEqual(agent["readinessProbe"]["httpGet"]["host"], "127.0.0.1")
+
     def test_dashboard_config_map(self):
         docs = load("monitoring-1.31")
         (cm,) = [d for d in of_kind(docs, "ConfigMap") if d["metadata"].get("labels", {}).get("grafana_dashboard")]

@@ -36,6 +36,7 @@ render defaults-1.29 defaults 1.29.0
 render privileged-1.31 privileged 1.31.0
 render monitoring-1.31 monitoring 1.31.0 "${mon[@]}"
 render monitoring-1.29 monitoring 1.29.0 "${mon[@]}"
+render rbac-proxy-1.31 rbac-proxy 1.31.0 "${mon[@]}"
 render custom-1.31 custom 1.31.0
 render no-device-probe-1.31 defaults 1.31.0 --set deviceProbe.enabled=false
 # Without hostNetwork the kubelet reaches the pod's address only (chart_test: health probes).

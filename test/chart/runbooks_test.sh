@@ -19,3 +19,20 @@ for p in $pages; do
 done
 [ "$fail" = 0 ]
 echo "runbooks: $(wc -w <<<"$checks") checks, each with a page"
+
+# The device checks share one evaluation of the device node (probes/device_node.cpp): each of
+# its reasons, and each reason a device check adds, is named in that check's page, so the
+# on-call engineer finds every reason the check can show.
+reasons_of() { grep -oE 'Status::(Fail|Warn|Unknown), "[A-Z][A-Za-z]+"|t\.bad, "[A-Z][A-Za-z]+"|^ +"[A-Z][A-Za-z]+",$' "$@" |
+                 grep -oE '"[A-Z][A-Za-z]+"' | tr -d '"' | sort -u; }
+shared=$(reasons_of "$NODEGATE_SRC/probes/device_node.cpp")
+[ "$(wc -w <<<"$shared")" -ge 8 ] || { echo "FAIL: found only '$shared' in device_node.cpp" >&2; exit 1; }
+for pair in kvm-device:kvm_device.cpp tun:tun.cpp vhost-net:vhost_net.cpp; do
+  c=${pair%%:*}
+  own=$(reasons_of "$NODEGATE_SRC/probes/${pair#*:}")
+  for r in $shared $own; do
+    grep -qw "$r" "$dir/$c.md" || { echo "FAIL: $dir/$c.md does not name reason $r" >&2; fail=1; }
+  done
+done
+[ "$fail" = 0 ]
+echo "runbooks: every device-node reason named in kvm-device, tun and vhost-net"

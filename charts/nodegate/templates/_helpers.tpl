@@ -146,7 +146,7 @@ port: {{ $.Values.agent.healthPort }}
 {{/* The agent's command line; test/chart runs exactly these arguments (with nodegate.env). */}}
 {{- define "nodegate.args" -}}
 - agent
-- {{ printf "--listen=0.0.0.0:%v" .Values.agent.metricsPort | quote }}
+- {{ printf "--listen=%s:%v" (ternary "127.0.0.1" "0.0.0.0" .Values.kubeRBACProxy.enabled) .Values.agent.metricsPort | quote }}
 - {{ printf "--debug-listen=127.0.0.1:%v" .Values.agent.debugPort | quote }}
 - {{ printf "--health-listen=%s:%v" (include "nodegate.healthAddress" .) .Values.agent.healthPort | quote }}
 - {{ printf "--kube=%s" .Values.agent.kube | quote }}
@@ -164,4 +164,17 @@ port: {{ $.Values.agent.healthPort }}
 {{- range .Values.agent.extraArgs }}
 - {{ . | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* The kube-rbac-proxy image, global.imageRegistry applied as to nodegate's. */}}
+{{- define "nodegate.rbacProxyImage" -}}
+{{- $i := .Values.kubeRBACProxy.image -}}
+{{- $registry := default $i.registry (.Values.global | default dict).imageRegistry -}}
+{{- $repo := $i.repository -}}
+{{- if $registry -}}{{- $repo = printf "%s/%s" (trimSuffix "/" $registry) $i.repository -}}{{- end -}}
+{{- if $i.digest -}}
+{{- printf "%s@%s" $repo $i.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo $i.tag -}}
+{{- end -}}
 {{- end -}}
