@@ -3,7 +3,8 @@
 # Debian's: mmdebstrap makes the root from Debian 12 packages (the Dockerfile's RUNTIME_PKGS), the
 # build's `cmake --install` output and the cleanup hook's script go on top, and umoci writes an
 # OCI image layout. Reproducible: the package set is pinned by the suite's state, every timestamp
-# is SOURCE_DATE_EPOCH (default: the last commit's time), apt's caches and logs are left out.
+# is SOURCE_DATE_EPOCH (default: the last commit's time), apt's caches and logs are left out, the
+# builder's umask and time zone do not count (test/chart/image_build_test.sh builds twice).
 #
 #   tools/image/build.sh BUILD_DIR OUT_DIR [TAG]     (root; BUILD_DIR: a configured cmake build)
 #
@@ -18,6 +19,9 @@ tag=${3:-$(awk -F'"' '$1 == "appVersion: " {print $2}' "$src/charts/nodegate/Cha
 for t in mmdebstrap umoci cmake python3; do
   command -v "$t" >/dev/null || { echo "build.sh: $t is missing (apt-get install mmdebstrap umoci)" >&2; exit 1; }
 done
+# The builder's umask and time zone must not reach the image (file modes, timestamps in logs).
+umask 0022
+export TZ=UTC LC_ALL=C.UTF-8
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$src" log -1 --format=%ct 2>/dev/null || echo 0)}
 pkgs=$(python3 - "$src/tools/image/Dockerfile" <<'PY'
 import re, sys
