@@ -165,7 +165,10 @@ int runAgent(const Options& opts) {
   // cluster-DNS reader. The cluster-DNS facts it writes are read by the dns-path probe and the
   // DNS service.
   auto cluster_dns = std::make_shared<ClusterDnsBoard>();
-  auto kube = startKubeSide(opts, kubeSettings(opts, initial_config), *registry, cluster_dns);
+  // What the gate holds back for running pods: written by the publisher, shown by the API/page.
+  auto holds = std::make_shared<kube::GateHoldBoard>(*registry);
+  auto kube =
+      startKubeSide(opts, kubeSettings(opts, initial_config), *registry, cluster_dns, holds);
   if (!kube) {
     log::error("failed to start kubernetes publisher", {{"error", kube.error().message}});
     return 1;
@@ -189,6 +192,7 @@ int runAgent(const Options& opts) {
   ep.registry = registry;
   ep.process = &process;
   ep.sections = &sections;
+  ep.holds = holds;
   ep.page_info = PageInfo{opts.node_name, kVersion, 10, opts.runbook_base_url};
   AgentRouters routers = makeAgentRouters(ep);
 

@@ -46,6 +46,11 @@ KubeSettings kubeSettings(const Options& opts, const Config& config) {
   p.startup_jitter_s = config.number(kKubeStartupJitterSetting);
   p.watch_timeout_s = config.number(kKubeWatchTimeoutSetting);
   p.event_namespace = config.text(kKubeEventNamespaceSetting);
+  p.release_delay = seconds(config.number(kKubeLabelReleaseDelaySetting));
+
+  s.pod_watch = config.flag(kKubePodWatchSetting);
+  s.pods.node_name = opts.node_name;
+  s.pods.watch_timeout_s = p.watch_timeout_s;
 
   s.pv_discovery = config.flag(kLocalPvApiDiscoverySetting);
   auto& v = s.pvs;
@@ -70,10 +75,14 @@ KubeSettings kubeSettings(const Options& opts, const Config& config) {
 
 Result<KubeSide> startKubeSide(const Options& opts, const KubeSettings& settings,
                                prometheus::Registry& registry,
-                               std::shared_ptr<ClusterDnsBoard> facts) {
+                               std::shared_ptr<ClusterDnsBoard> facts,
+                               std::shared_ptr<kube::GateHoldBoard> holds) {
   KubeSide side;
+  auto publisher_options = settings.publisher;
+  publisher_options.holds = holds;
   auto dry_run = [&] {
-    side.publisher = std::make_shared<kube::DryRunPublisher>(settings.publisher.publish);
+    side.publisher = std::make_shared<kube::DryRunPublisher>(
+        settings.publisher.publish, settings.publisher.release_delay, holds);
   };
   if (opts.kube == "none") {
     dry_run();
@@ -94,7 +103,14 @@ Result<KubeSide> startKubeSide(const Options& opts, const KubeSettings& settings
     return side;
   }
   side.connection = *conn;
-  side.publisher = kube::startPublisher(side.connection, settings.publisher);
+  if (settings.pod_watch)
+    side.pods = std::make_shared<kube::PodSource>(side.connection, settings.pods);
+  else
+    log::warn(
+        "pod watch off (kube.pod_watch=false): a closed gate keeps every label, only the "
+        "taint closes the node",
+        {{"node", opts.node_name}});
+  side.publisher = kube::startPublisher(side.connection, publisher_options, side.pods);
   if (settings.pv_discovery) {
     log::info("local-pv api discovery on",
               {{"server", kube::redactedUrl(side.connection->config().server)},

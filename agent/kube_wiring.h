@@ -11,6 +11,7 @@
 #include "cli/options.h"
 #include "kube/cluster_dns.h"
 #include "kube/connection.h"
+#include "kube/pod_source.h"
 #include "kube/pv_source.h"
 #include "nodegate/config.h"
 #include "nodegate/result.h"
@@ -22,6 +23,8 @@ namespace nodegate {
 struct KubeSettings {
   kube::ConnectionSettings connection;  // kube.qps, kube.burst
   kube::PublisherOptions publisher;
+  bool pod_watch = true;  // kube.pod_watch
+  kube::PodSourceOptions pods;
   bool pv_discovery = true;  // checks.local-pv.api_discovery
   kube::ApiPvOptions pvs;
   kube::ClusterDnsOptions cluster_dns;
@@ -33,14 +36,17 @@ KubeSettings kubeSettings(const Options& opts, const Config& config);
 struct KubeSide {
   std::shared_ptr<kube::Connection> connection;         // null: --kube none, or auto and no cluster
   std::shared_ptr<Publisher> publisher;                 // the Kubernetes publisher, or the dry run
+  std::shared_ptr<kube::PodSource> pods;                // this node's pods; null unless connected
   std::shared_ptr<PvSource> api_pvs;                    // for Seams::api_pvs; null unless connected
   std::unique_ptr<kube::ClusterDnsSource> cluster_dns;  // writes `facts`; null unless connected
 };
 
 // Connects (unless --kube none) and starts the parts. With --kube auto, no usable cluster means
-// the dry-run publisher and a warning; with an explicit mode it is an error.
+// the dry-run publisher and a warning; with an explicit mode it is an error. Either publisher
+// records what the gate holds back in `holds`.
 Result<KubeSide> startKubeSide(const Options& opts, const KubeSettings& settings,
                                prometheus::Registry& registry,
-                               std::shared_ptr<ClusterDnsBoard> facts);
+                               std::shared_ptr<ClusterDnsBoard> facts,
+                               std::shared_ptr<kube::GateHoldBoard> holds);
 
 }  // namespace nodegate

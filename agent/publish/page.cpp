@@ -7,6 +7,7 @@
 #include "nodegate/json.h"
 #include "nodegate/log.h"
 #include "publish/http_server.h"
+#include "publish/kube/hold_board.h"
 #include "publish/rfc3339.h"
 
 namespace nodegate {
@@ -221,8 +222,33 @@ void renderCheckBody(std::string& out, const CheckState& st,
   renderHistory(out, st, now);
 }
 
+// What the Node keeps although the verdict says otherwise, and why: an on-call engineer who
+// reads "CLOSED" and still sees the gate label on the Node must find the reason here.
+void renderHolds(std::string& out, const kube::GateHoldBoard& board) {
+  const auto s = board.state();
+  if (!s.published) return;
+  if (!s.holds.empty()) {
+    out +=
+        "<div class=\"why\" id=\"gate-holds\">kept on the Node for running pods (closed to new "
+        "pods by nodegate's NoSchedule taint meanwhile): ";
+    bool first = true;
+    for (const auto& h : s.holds) {
+      std::string pods;
+      for (const auto& p : h.pods) pods += (pods.empty() ? "" : ", ") + htmlEscape(p);
+      out += std::string(first ? "" : "; ") + "<code>" + htmlEscape(h.key) +
+             (h.kept ? "=" + htmlEscape(*h.kept) : std::string(" absent")) + "</code> " +
+             htmlEscape(h.reason) + (pods.empty() ? "" : " (" + pods + ")");
+      first = false;
+    }
+    out += "</div>";
+  }
+  if (!s.pods_complete)
+    out += "<div class=\"why\" id=\"pod-view\">pod view incomplete: " + htmlEscape(s.pods_why) +
+           " &mdash; no label is removed until it is complete</div>";
+}
+
 // The verdict: the one question this page answers, naming what blocks the gate.
-void renderVerdict(std::string& out, const Snapshot& snap) {
+void renderVerdict(std::string& out, const Snapshot& snap, const kube::GateHoldBoard* holds) {
   std::map<std::string, const CheckResult*> result_of;
   for (const auto& c : snap.checks) result_of[c.result.check] = &c.result;
   if (!snap.complete) {
@@ -234,7 +260,9 @@ void renderVerdict(std::string& out, const Snapshot& snap) {
     out +=
         "<div id=\"verdict\" class=\"open\" data-open=\"true\"><div class=\"big\">VM gate OPEN: "
         "VMs may be scheduled on this node</div><div class=\"why\">every required check "
-        "passes</div></div>\n";
+        "passes</div>";
+    if (holds) renderHolds(out, *holds);
+    out += "</div>\n";
   } else {
     out +=
         "<div id=\"verdict\" class=\"closed\" data-open=\"false\"><div class=\"big\">VM gate "
@@ -250,13 +278,16 @@ void renderVerdict(std::string& out, const Snapshot& snap) {
              htmlEscape(b) + "</code></a> " + st;
       first = false;
     }
-    out += "</div></div>\n";
+    out += "</div>";
+    if (holds) renderHolds(out, *holds);
+    out += "</div>\n";
   }
 }
 
 }  // namespace
 
-std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSections& sections) {
+std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSections& sections,
+                       const kube::GateHoldBoard* holds) {
   auto now = std::chrono::system_clock::now();
   // The policy in force when the snapshot was taken (a SIGHUP reload changes it).
   std::set<std::string> required(snap.gate_required.begin(), snap.gate_required.end());
@@ -279,7 +310,7 @@ std::string renderPage(const Snapshot& snap, const PageInfo& info, const PageSec
          timeTag(snap.taken, now) + " &middot; refreshes every " +
          std::to_string(info.refresh_seconds) + " s</span></header>\n<main>\n";
 
-  renderVerdict(out, snap);
+  renderVerdict(out, snap, holds);
 
   int counts[4] = {0, 0, 0, 0};  // indexed by severity(): PASS, WARN, UNKNOWN, FAIL
   for (const auto& c : snap.checks) counts[severity(c.result.status)]++;

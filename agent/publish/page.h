@@ -20,6 +20,9 @@
 #include "nodegate/snapshot.h"
 
 namespace nodegate {
+namespace kube {
+class GateHoldBoard;
+}
 
 class PageSections {
  public:
@@ -47,8 +50,9 @@ struct PageInfo {
 // The runbook page of a check: <base><check>.md ("" when base is empty).
 std::string runbookUrl(const std::string& base, const std::string& check);
 
-std::string renderPage(const Snapshot& snapshot, const PageInfo& info,
-                       const PageSections& sections);
+// `holds` (may be null): what the gate keeps on the Node for running pods, shown in the verdict.
+std::string renderPage(const Snapshot& snapshot, const PageInfo& info, const PageSections& sections,
+                       const kube::GateHoldBoard* holds = nullptr);
 
 // One check as /api/v1/checks/{name} returns it: toJson(result) plus raw status, since (when the
 // status began, RFC 3339 UTC) with since_source (transition | probe | agent-start), last_run,

@@ -41,8 +41,13 @@ void registerDebugRoutes(HttpRouter& router, const AgentEndpoints& ep) {
     return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   };
   router.handle("/api/v1/checks", [ep, dump](const HttpRequest&) {
-    return HttpResponse::json(
-        200, dump(snapshotJson(*ep.runner->snapshot(), ep.page_info.runbook_base_url)));
+    auto j = snapshotJson(*ep.runner->snapshot(), ep.page_info.runbook_base_url);
+    if (ep.holds) {
+      auto h = ep.holds->toJson();
+      j["gate"]["holds"] = h["holds"];
+      j["gate"]["pod_view"] = h["pod_view"];
+    }
+    return HttpResponse::json(200, dump(j));
   });
   router.handlePrefix("/api/v1/checks/", [ep, dump](const HttpRequest& req) {
     // The name is compared decoded and whole: "cpu-virt%00" is "cpu-virt\0", not cpu-virt.
@@ -54,7 +59,8 @@ void registerDebugRoutes(HttpRouter& router, const AgentEndpoints& ep) {
     return HttpResponse::json(404, dump({{"error", "no such check"}, {"check", name}}));
   });
   router.handle("/", [ep](const HttpRequest&) {
-    return HttpResponse::html(200, renderPage(*ep.runner->snapshot(), ep.page_info, *ep.sections));
+    return HttpResponse::html(
+        200, renderPage(*ep.runner->snapshot(), ep.page_info, *ep.sections, ep.holds.get()));
   });
 }
 

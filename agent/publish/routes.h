@@ -3,7 +3,8 @@
 //   --health-listen: GET /healthz (503 when no cycle finished within 3 resync periods), /readyz
 //                    (503 until the first full cycle)
 //   --listen:        GET /metrics and the two above
-//   --debug-listen:  all of the above plus /api/v1/checks, /api/v1/checks/{name} (404 unknown),
+//   --debug-listen:  all of the above plus /api/v1/checks (its "gate" with the holds kept for
+//                    running pods), /api/v1/checks/{name} (404 unknown),
 //                    / (the HTML status page) and whatever extensions register.
 // Why three listeners: civetweb gives each connection a worker thread until it is served or
 // cut off by the request timeout, so clients on the network that dribble their requests can
@@ -20,6 +21,7 @@
 
 #include "loop/runner.h"
 #include "publish/http_server.h"
+#include "publish/kube/hold_board.h"
 #include "publish/metrics.h"
 #include "publish/page.h"
 
@@ -31,6 +33,7 @@ struct AgentEndpoints {
   ProcessMetrics* process = nullptr;  // refreshed on every scrape when set
   const PageSections* sections = nullptr;
   PageInfo page_info;
+  std::shared_ptr<const kube::GateHoldBoard> holds;  // what the gate keeps for running pods
 };
 
 void registerHealthRoutes(HttpRouter& router, const AgentEndpoints& endpoints);

@@ -27,12 +27,23 @@ inline const SettingSpec kKubeClusterDnsRefreshSetting =
     numberSetting(kKubeSection, "cluster_dns_refresh_seconds", 300, 1, 86400,
                   "re-read Cilium's ConfigMap and the kube-dns EndpointSlices this often (at "
                   "least --resync), seconds");
+inline const SettingSpec kKubeLabelReleaseDelaySetting =
+    numberSetting(kKubeSection, "label_release_delay_seconds", 10, 0, 600,
+                  "a label running pods could select is removed only after nodegate's NoSchedule "
+                  "taint has been on the Node this long (a VM bound just before has time to show "
+                  "up), seconds");
+inline const SettingSpec kKubePodWatchSetting =
+    flagSetting(kKubeSection, "pod_watch", true,
+                "list and watch the pods bound to this node (needs RBAC list/watch on pods); "
+                "false: no label is ever removed while the gate is closed, only the taint closes "
+                "the node");
 inline const SectionSpec kKubeSectionSpec{
     .name = kKubeSection,
     .summary = "the Kubernetes API connection and publisher",
     .settings = {&kKubeQpsSetting, &kKubeBurstSetting, &kKubeHeartbeatSetting,
                  &kKubeStartupJitterSetting, &kKubeWatchTimeoutSetting, &kKubeEventNamespaceSetting,
-                 &kKubeClusterDnsRefreshSetting},
+                 &kKubeClusterDnsRefreshSetting, &kKubeLabelReleaseDelaySetting,
+                 &kKubePodWatchSetting},
 };
 
 }  // namespace nodegate

@@ -356,7 +356,9 @@ class DaemonSet(unittest.TestCase):
                            ("custom-1.31", {"gate": {"required": ["cpu-virt", "kvm-device", "tun", "kernel-modules",
                                                                   "lvm", "time-sync"]},
                                             "checks": {"lvm": dict(lvm, data_warn_percent=70, data_fail_percent=85),
-                                                       "local-pv": {"kubelet_dir": "/var/lib/kubelet"}},
+                                                       "local-pv": {"kubelet_dir": "/var/lib/kubelet"},
+                                                       # rbac.readPods: false turns the pod watch off
+                                                       "kube": {"pod_watch": False}},
                                             "damping": {"lvm": 3}})]:
             docs = load(case)
             ds, c = agent_container(docs)
@@ -424,7 +426,9 @@ class Rbac(unittest.TestCase):
             ("", "nodes", "patch", None), ("", "nodes/status", "patch", None),
             # local-pv API discovery, on by default
             ("", "persistentvolumes", "list", None), ("", "persistentvolumeclaims", "get", None),
-            ("cdi.kubevirt.io", "datavolumes", "get", None)})
+            ("cdi.kubevirt.io", "datavolumes", "get", None),
+            # the gate's pod view, on by default
+            ("", "pods", "list", None), ("", "pods", "watch", None)})
         binding = one(docs, "ClusterRoleBinding", "nodegate")
         self.assertEqual(binding["subjects"], [{"kind": "ServiceAccount", "name": "nodegate", "namespace": "nodegate"}])
         ds, _ = agent_container(docs)
@@ -455,6 +459,12 @@ class Rbac(unittest.TestCase):
         rules = rules_of(one(docs, "ClusterRole", "nodegate"))
         self.assertIn(("", "persistentvolumes", "list", None), rules)
         self.assertNotIn("pods", {r[1] for r in rules})
+        # Without the pod rules the agent's pod watch is off too (it could only get 403).
+        kube = json.loads(one(docs, "ConfigMap", "nodegate")["data"]["config.json"])["checks"]["kube"]
+        self.assertIs(kube["pod_watch"], False)
+        default_rules = rules_of(one(load("defaults-1.31"), "ClusterRole", "nodegate"))
+        self.assertEqual({r for r in default_rules if r[1] == "pods"},
+                         {("", "pods", "list", None), ("", "pods", "watch", None)})
         self.assertFalse([r for r in of_kind(docs, "Role") if "cilium" in r["metadata"]["name"]])
 
     def test_no_write_beyond_the_list(self):

@@ -97,7 +97,12 @@ int main(int argc, char** argv) {
     o.watch_timeout_s = arg(argc, argv, "--watch-timeout", 300);
     // Each simulated agent is a process of its own: one connection (and budget) each.
     ConnectionSettings cs{arg(argc, argv, "--qps", 5), arg(argc, argv, "--burst", 10)};
-    pubs.push_back(startPublisher(std::make_shared<Connection>(*client, cs, registry), o));
+    auto conn = std::make_shared<Connection>(*client, cs, registry);
+    // And its pod watch, as the agent runs one on the same connection.
+    PodSourceOptions po;
+    po.node_name = o.publish.node_name;
+    po.watch_timeout_s = o.watch_timeout_s;
+    pubs.push_back(startPublisher(conn, o, std::make_shared<PodSource>(conn, po)));
     pubs.back()->publish(snapshot(true));
   }
   std::printf("started %d agents\n", agents);

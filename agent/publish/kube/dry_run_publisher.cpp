@@ -22,13 +22,20 @@ void applyStatusPatch(json& node, const json& patch) {
 
 }  // namespace
 
-DryRunPublisher::DryRunPublisher(PublishSettings settings) : s_(std::move(settings)) {
+DryRunPublisher::DryRunPublisher(PublishSettings settings, std::chrono::seconds release_delay,
+                                 std::shared_ptr<GateHoldBoard> holds)
+    : s_(std::move(settings)), release_delay_(release_delay), holds_(std::move(holds)) {
   node_ = {{"metadata", {{"name", s_.node_name}}}};
 }
 
 void DryRunPublisher::publish(const Snapshot& snap) {
   if (!snap.complete) return;
-  const Desired want = desiredState(snap, s_);
+  auto now = Clock::now();
+  const PodView no_pods{true, "", {}, {}};
+  const HoldContext ctx{&no_pods, closed_.observe(node_, s_, now), now, release_delay_};
+  const NodePlan plan = planNode(snap, node_, s_, ctx);
+  if (holds_) holds_->update(plan.holds, no_pods, s_.node_name);
+  const Desired& want = plan.want;
   if (auto patch = nodePatch(want, node_, s_)) {
     std::string labels;
     for (const auto& [k, v] : want.labels) labels += (labels.empty() ? "" : ",") + k + "=" + v;
@@ -39,7 +46,6 @@ void DryRunPublisher::publish(const Snapshot& snap) {
                {"patch", patch->dump()}});
     node_.merge_patch(*patch);
   }
-  auto now = Clock::now();
   const auto changes = transitions(want, node_);
   // No heartbeat: a dry run logs changes, not the passing of time.
   if (auto sp = statusPatch(want, node_, now, std::chrono::seconds(0))) {

@@ -131,6 +131,31 @@ std::vector<LabelHold> protectRunningPods(Desired& want, const json& node,
   return out;
 }
 
+std::optional<Clock::time_point> ClosedSince::observe(const json& node,
+                                                      const PublishSettings& settings,
+                                                      Clock::time_point now) {
+  if (!ownTaintPresent(node, settings))
+    since_.reset();
+  else if (!since_)
+    since_ = now;
+  return since_;
+}
+
+NodePlan planNode(const Snapshot& snap, const json& node, const PublishSettings& settings,
+                  const HoldContext& ctx) {
+  NodePlan plan;
+  plan.want = desiredState(snap, settings);
+  plan.holds = protectRunningPods(plan.want, node, settings, ctx);
+  return plan;
+}
+
+Clock::time_point nextLook(const std::vector<LabelHold>& holds, Clock::time_point fallback) {
+  auto at = nextRelease(holds);
+  for (const auto& h : holds)
+    if (h.reason == "ClosingDelay" && !h.release_at) at = std::min(at, fallback);
+  return at;
+}
+
 Clock::time_point nextRelease(const std::vector<LabelHold>& holds) {
   auto at = Clock::time_point::max();
   for (const auto& h : holds)

@@ -71,4 +71,29 @@ Clock::time_point nextRelease(const std::vector<LabelHold>& holds);
 // Whether nodegate's taint (<prefix>/not-ready:NoSchedule) is on the Node.
 bool ownTaintPresent(const nlohmann::json& node, const PublishSettings& settings);
 
+// HoldContext::closed_since as a publisher keeps it: the first time it saw its taint on the
+// Node in the current run of presence. A restart starts the delay over (the safe side).
+class ClosedSince {
+ public:
+  std::optional<Clock::time_point> observe(const nlohmann::json& node,
+                                           const PublishSettings& settings, Clock::time_point now);
+
+ private:
+  std::optional<Clock::time_point> since_;
+};
+
+// What both publishers (the real one and --kube none) write for a snapshot: the verdict's
+// Desired adjusted by protectRunningPods, and what that held back. One function, so the dry
+// run prints what the real publisher sends.
+struct NodePlan {
+  Desired want;
+  std::vector<LabelHold> holds;
+};
+NodePlan planNode(const Snapshot& snap, const nlohmann::json& node, const PublishSettings& settings,
+                  const HoldContext& ctx);
+
+// When the publisher must look again for a ClosingDelay hold: its release_at, or, for one whose
+// taint is not on the Node yet, `fallback` (the write that adds the taint comes first).
+Clock::time_point nextLook(const std::vector<LabelHold>& holds, Clock::time_point fallback);
+
 }  // namespace nodegate::kube

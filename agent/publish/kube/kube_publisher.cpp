@@ -4,6 +4,7 @@
 
 #include "nodegate/log.h"
 #include "publish/kube/event_recorder.h"
+#include "publish/kube/gate_hold.h"
 #include "publish/kube/node_cache.h"
 #include "publish/kube/node_watch.h"
 #include "publish/kube/publisher.h"
@@ -18,9 +19,11 @@ constexpr int kMaxConflictRetries = 5;
 
 class KubePublisher final : public Publisher {
  public:
-  KubePublisher(std::shared_ptr<Connection> connection, PublisherOptions o)
+  KubePublisher(std::shared_ptr<Connection> connection, PublisherOptions o,
+                std::shared_ptr<PodSource> pods)
       : o_(std::move(o)),
         conn_(std::move(connection)),
+        pods_(std::move(pods)),
         rng_(o_.seed ? o_.seed : std::random_device{}()),
         backoff_(0.5, 30, rng_()),
         api_(*conn_, stop_),
@@ -35,12 +38,14 @@ class KubePublisher final : public Publisher {
     log::info("kubernetes publisher started", {{"server", redactedUrl(conn_->config().server)},
                                                {"source", conn_->config().source},
                                                {"node", o_.publish.node_name}});
+    if (pods_) pods_listener_ = pods_->subscribe([this] { cache_.wake(); });
     reconciler_ = std::thread([this] { reconcileLoop(); });
     watcher_ = std::make_unique<NodeWatcher>(
         *conn_, NodeWatchOptions{o_.publish.node_name, o_.watch_timeout_s, watch_seed}, cache_);
   }
 
   ~KubePublisher() override {
+    if (pods_) pods_->unsubscribe(pods_listener_);
     stop_.stop();
     cache_.stop();
     reconciler_.join();
@@ -158,14 +163,23 @@ class KubePublisher final : public Publisher {
   }
 
   Next reconcileOnce(const Snapshot& snap, json node) {
-    const Desired want = desiredState(snap, o_.publish);
+    const auto now = Clock::now();
+    const PodView view =
+        pods_ ? pods_->view() : PodView{false, "no pod view: kube.pod_watch is false", {}, {}};
+    const HoldContext ctx{&view, closed_.observe(node, o_.publish, now), now, o_.release_delay};
+    const NodePlan plan = planNode(snap, node, o_.publish, ctx);
+    if (o_.holds) o_.holds->update(plan.holds, view, o_.publish.node_name);
+    const Desired& want = plan.want;
     reportOwnership(node);
     if (auto retry = writeMetadata(want, &node)) return *retry;
     if (auto retry = writeStatus(want, &node)) return *retry;
     if (auto r = events_.flush(node)) return failed(*r, "post event for " + o_.publish.node_name);
     backoff_.reset();
 
-    auto due = nextHeartbeat(want, node, heartbeat_);
+    // Our write may just have put the taint on: the release delay runs from now.
+    const auto since = closed_.observe(node, o_.publish, Clock::now());
+    auto due = std::min(nextHeartbeat(want, node, heartbeat_),
+                        nextLook(plan.holds, (since ? *since : Clock::now()) + o_.release_delay));
     if (due == Clock::time_point::max())
       return {SteadyClock::now() + std::chrono::hours(24), false};
     auto in = std::max<Clock::duration>(due - Clock::now(), std::chrono::seconds(1));
@@ -174,6 +188,9 @@ class KubePublisher final : public Publisher {
 
   PublisherOptions o_;
   std::shared_ptr<Connection> conn_;
+  std::shared_ptr<PodSource> pods_;
+  int pods_listener_ = 0;
+  ClosedSince closed_;  // reconcile thread only
   Stopper stop_;
   std::mt19937_64 rng_;
   Backoff backoff_;
@@ -190,8 +207,10 @@ class KubePublisher final : public Publisher {
 }  // namespace
 
 std::unique_ptr<Publisher> startPublisher(std::shared_ptr<Connection> connection,
-                                          PublisherOptions options) {
-  return std::make_unique<KubePublisher>(std::move(connection), std::move(options));
+                                          PublisherOptions options,
+                                          std::shared_ptr<PodSource> pods) {
+  return std::make_unique<KubePublisher>(std::move(connection), std::move(options),
+                                         std::move(pods));
 }
 
 }  // namespace nodegate::kube

@@ -79,11 +79,19 @@ void NodeCache::adoptWritten(const json& node) {
   if (!same_node || newerRv(rv, rvOf(*node_))) node_ = node;
 }
 
+void NodeCache::wake() {
+  {
+    std::lock_guard lk(mu_);
+    woken_ = true;
+  }
+  cv_.notify_all();
+}
+
 std::optional<NodeCache::Work> NodeCache::take(SteadyClock::time_point until, bool force) {
   std::unique_lock lk(mu_);
   for (;;) {
     bool ready = cv_.wait_until(lk, until, [&] {
-      return stopping_ || ((snapshot_dirty_ || node_dirty_ || force) && latest_ && node_);
+      return stopping_ || ((snapshot_dirty_ || node_dirty_ || woken_ || force) && latest_ && node_);
     });
     if (stopping_) return std::nullopt;
     if (!ready) {
@@ -92,7 +100,7 @@ std::optional<NodeCache::Work> NodeCache::take(SteadyClock::time_point until, bo
       until = SteadyClock::now() + std::chrono::hours(24);
       continue;
     }
-    snapshot_dirty_ = node_dirty_ = false;
+    snapshot_dirty_ = node_dirty_ = woken_ = false;
     return Work{*latest_, *node_};
   }
 }

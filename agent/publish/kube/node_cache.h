@@ -40,6 +40,8 @@ class NodeCache {
   void reset(const nlohmann::json& node);
   // The answer to our own write: already reconciled, so kept without waking the reconciler.
   void adoptWritten(const nlohmann::json& node);
+  // Something else the plan reads changed (the pod view): reconcile again.
+  void wake();
 
   struct Work {
     Snapshot snapshot;
@@ -58,6 +60,7 @@ class NodeCache {
   bool snapshot_dirty_ = false;
   std::optional<nlohmann::json> node_;
   bool node_dirty_ = false;
+  bool woken_ = false;
   std::string written_rv_;  // newest resourceVersion our own writes produced
 };
 

@@ -3,7 +3,8 @@
 //
 // Parts: NodeCache (publish/kube/node_cache.h) holds the latest snapshot and the newest Node
 // seen; NodeWatcher (node_watch.h) GETs and watches the Node into it; the reconcile thread takes
-// work from it, computes the patches with the pure functions of node_state.h and sends them;
+// work from it, plans with the pure functions of node_state.h and gate_hold.h (a label running
+// pods select is held, the node closed by the taint instead) and sends the patches;
 // EventRecorder (event_recorder.h) posts the transitions. publish() only hands over.
 #pragma once
 
@@ -13,7 +14,9 @@
 #include <string>
 
 #include "kube/connection.h"
+#include "kube/pod_source.h"
 #include "nodegate/snapshot.h"
+#include "publish/kube/hold_board.h"
 #include "publish/kube/node_state.h"
 
 namespace nodegate::kube {
@@ -26,11 +29,17 @@ struct PublisherOptions {
   double watch_timeout_s = 300;             // kube.watch_timeout_seconds, jittered up to +50%
   std::string event_namespace = "default";  // kube.event_namespace (kubelet puts Node events there)
   std::uint64_t seed = 0;                   // 0: random
+  // kube.label_release_delay_seconds: how long nodegate's taint must have been on the Node
+  // before a label running pods could select is removed (gate_hold.h).
+  std::chrono::seconds release_delay{10};
+  std::shared_ptr<GateHoldBoard> holds;  // where the plans are shown; may be null
 };
 
 // Starts the publisher's threads. Shutdown (destruction) writes nothing: labels stay, so a
-// restart does not flap the gate.
+// restart does not flap the gate. `pods` is this node's pod view (null: none, so no label is
+// ever removed, PodViewIncomplete); every change of it re-reconciles.
 std::unique_ptr<Publisher> startPublisher(std::shared_ptr<Connection> connection,
-                                          PublisherOptions options);
+                                          PublisherOptions options,
+                                          std::shared_ptr<PodSource> pods);
 
 }  // namespace nodegate::kube

@@ -85,6 +85,9 @@ class PublisherFake : public ::testing::Test {
     o.startup_jitter_s = 0;
     o.watch_timeout_s = 30;
     o.seed = 1;
+    // The plumbing cases do not wait out the full release delay; its own cases (and the e2e
+    // tests) do.
+    o.release_delay = std::chrono::seconds(1);
     return o;
   }
 
@@ -99,7 +102,11 @@ class PublisherFake : public ::testing::Test {
     return std::make_shared<Connection>(std::move(c), ConnectionSettings{50, 50}, registry_);
   }
   std::unique_ptr<Publisher> start(PublisherOptions o, ClientConfig c = {}) {
-    return startPublisher(connection(std::move(c)), std::move(o));
+    auto conn = connection(std::move(c));
+    PodSourceOptions po;
+    po.node_name = o.publish.node_name;
+    po.seed = 1;
+    return startPublisher(conn, std::move(o), std::make_shared<PodSource>(conn, po));
   }
 
   json node() { return api_->node(node_); }
