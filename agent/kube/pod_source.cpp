@@ -24,6 +24,13 @@ std::string rbacHint(long code) {
 
 }  // namespace
 
+double PodSource::retryWait(const HttpResponse& r) {
+  // RBAC is not transient: asking again at the backoff's pace would only add 403s to the budget.
+  if (r.code == 401 || r.code == 403) return o_.forbidden_retry_s;
+  if (r.retry_after && (r.code == 429 || r.code == 503)) return std::min(*r.retry_after, 300.0);
+  return backoff_.next();
+}
+
 PodSource::PodSource(std::shared_ptr<Connection> connection, PodSourceOptions options)
     : o_(std::move(options)),
       conn_(std::move(connection)),
@@ -99,14 +106,7 @@ bool PodSource::relist() {
     if (r.code != 200) {
       // 410 on a continue token: the list is too old to finish; the caller starts over.
       setState(false, "failed to list pods: " + describe(r) + rbacHint(r.code));
-      if (!stop_.stopped()) {
-        const bool denied = r.code == 401 || r.code == 403;
-        const double wait = denied ? o_.forbidden_retry_s
-                            : r.retry_after && (r.code == 429 || r.code == 503)
-                                ? std::min(*r.retry_after, 300.0)
-                                : backoff_.next();
-        stop_.sleepFor(std::chrono::duration<double>(wait));
-      }
+      stop_.sleepFor(std::chrono::duration<double>(retryWait(r)));
       return false;
     }
     auto page = parsePodListPage(r.body);
@@ -202,13 +202,9 @@ bool PodSource::watchOnce(double timeout_s) {
   }
   // Until a watch is established again, a pod bound meanwhile would not be seen.
   setState(false, "pod watch failed: " + describe(r) + rbacHint(r.code));
-  const bool denied = r.code == 401 || r.code == 403;
-  const double wait = denied ? o_.forbidden_retry_s
-                      : r.retry_after && (r.code == 429 || r.code == 503)
-                          ? std::min(*r.retry_after, 300.0)
-                          : backoff_.next();
-  stop_.sleepFor(std::chrono::duration<double>(wait));
-  return !denied;  // a pod watch denied after a list was allowed: list again, to be sure
+  stop_.sleepFor(std::chrono::duration<double>(retryWait(r)));
+  return r.code != 401 &&
+         r.code != 403;  // a pod watch denied after a list was allowed: list again, to be sure
 }
 
 }  // namespace nodegate::kube

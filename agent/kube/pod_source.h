@@ -65,6 +65,8 @@ class PodSource {
   void setState(bool complete, const std::string& why);
   void notify();
   HttpResponse listPage(const std::string& cont);
+  // How long to wait after a failed request.
+  double retryWait(const HttpResponse& r);
 
   PodSourceOptions o_;
   std::shared_ptr<Connection> conn_;

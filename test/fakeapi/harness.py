@@ -95,6 +95,15 @@ class FakeApi:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def fixture_host(tag, host="vmx-host-e5"):
+    """A scratch directory with a copy of test/fixtures/agent/<host> as host/ in it, for an agent
+    the test may break and heal (the copy's files are the test's to rewrite): (tmp, root)."""
+    tmp = tempfile.mkdtemp(prefix="nodegate-%s-" % tag)
+    root = os.path.join(tmp, "host")
+    shutil.copytree(os.path.join(HERE, "..", "fixtures", "agent", host), root)
+    return tmp, root
+
+
 def nodegate_binary():
     """$NODEGATE (CTest sets it to the built binary), or the test is skipped with the reason."""
     import unittest
@@ -147,11 +156,14 @@ def scalar(x):
     return json.dumps(str(x))
 
 
-def free_port(lo, hi):
+def free_port(lo, hi, reuse=False):
     """A free 127.0.0.1 port of a test's range, searched from the top: FakeApi takes ports from
-    the bottom of the same range."""
+    the bottom of the same range. reuse: a port whose old connections linger in TIME_WAIT counts
+    as free (the agent's listeners reuse addresses; a test that polls one often leaves many)."""
     for p in range(hi, lo - 1, -1):
         s = socket.socket()
+        if reuse:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", p))
             return p

@@ -26,11 +26,9 @@ import os
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -40,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "..", "..", "..")
 sys.path.insert(0, os.path.join(HERE, "..", "..", "fakeapi"))
 sys.path.insert(0, HERE)
-from harness import FakeApi, eventually, nodegate_binary, stop  # noqa: E402
+from harness import FakeApi, eventually, fixture_host, free_port, nodegate_binary, stop  # noqa: E402
 import placement_model as model  # noqa: E402
 
 NODE = "gate-node"
@@ -68,23 +66,6 @@ def launcher_pod(name, node=NODE):
         pod["spec"].pop("nodeName", None)
     pod.pop("status", None)
     return pod
-
-
-def pick_port(lo, hi):
-    """A port of the range nobody listens on. Unlike harness.free_port, one whose earlier
-    connections linger in TIME_WAIT counts as free (the agent's listeners reuse addresses, and
-    this test polls its debug port often enough to leave many)."""
-    for p in range(hi, lo - 1, -1):
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", p))
-            return p
-        except OSError:
-            continue
-        finally:
-            s.close()
-    raise RuntimeError("no free port in %d-%d" % (lo, hi))
 
 
 class NodeHistory(threading.Thread):
@@ -131,9 +112,7 @@ class GateE2E(unittest.TestCase):
     def setUpClass(cls):
         cls.binary = nodegate_binary()
         cls.api = FakeApi("gate", nodes=[], bookmark_interval=1, port_range="19470-19479")
-        cls.tmp = tempfile.mkdtemp(prefix="nodegate-kube-gate-")
-        cls.root = os.path.join(cls.tmp, "host")
-        shutil.copytree(os.path.join(FIXTURES, "agent", "vmx-host-e5"), cls.root)
+        cls.tmp, cls.root = fixture_host("kube-gate")
         with open(os.path.join(cls.root, "proc", "cpuinfo")) as f:
             cls.cpuinfo_vmx = f.read()
 
@@ -176,8 +155,8 @@ class GateE2E(unittest.TestCase):
         path = os.path.join(self.tmp, "config-%s.json" % self._testMethodName)
         with open(path, "w") as f:
             json.dump(self.config, f)
-        self.metrics_port = pick_port(19480, 19489)
-        self.debug_port = pick_port(19490, 19499)
+        self.metrics_port = free_port(19480, 19489, reuse=True)
+        self.debug_port = free_port(19490, 19499, reuse=True)
         args = [self.binary, "agent", "--host-root", self.root, "--kube", "kubeconfig",
                 "--kubeconfig", self.api.kubeconfig, "--node-name", NODE, "--config", path,
                 "--resync", "1", "--listen", "127.0.0.1:%d" % self.metrics_port,
