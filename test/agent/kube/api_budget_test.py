@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """One Kubernetes connection per process: the real `nodegate agent` with every API reader on
-(the publisher with its watch and heartbeats, local-pv's PV reader, the cluster-DNS reader),
+(the publisher with its watch and heartbeats, the gate's pod list and watch, local-pv's PV
+reader, the cluster-DNS reader),
 each asking for far more than the budget, against the fake API server. Counted at the server by
 arrival time, the agent's requests stay within kube.qps/kube.burst for the whole process (a
 second rate limiter of the same size, as the PV reader had, lets twice as many through), and the
@@ -26,8 +27,9 @@ NODE = "budget-node"
 QPS, BURST = 2.0, 4.0
 RUN_S = 14.0
 # Requests in flight at once can reach the server bunched a little after their tokens were
-# handed out: at most one per agent thread talking to the API (reconcile, watch, PV, cluster DNS).
-IN_FLIGHT = 4
+# handed out: at most one per agent thread talking to the API (reconcile, node watch, pod watch,
+# PV, cluster DNS).
+IN_FLIGHT = 5
 
 
 def pinned_pv(name):
@@ -96,6 +98,8 @@ class ApiBudget(unittest.TestCase):
                 return "pv"
             if "/configmaps/" in p or "/endpointslices" in p:
                 return "cluster-dns"
+            if p == "/api/v1/pods":
+                return "pods"  # the gate's pod view: its list and its watches
             if "watch=true" in r["query"]:
                 return "watch"
             if r["method"] == "PATCH" and p.startswith("/api/v1/nodes/" + NODE):
@@ -105,7 +109,7 @@ class ApiBudget(unittest.TestCase):
         for r in mine:
             kinds[kind(r)] = kinds.get(kind(r), 0) + 1
         # Every reader was on and asking.
-        for k in ("pv", "cluster-dns", "watch", "publisher"):
+        for k in ("pv", "cluster-dns", "pods", "watch", "publisher"):
             self.assertGreater(kinds.get(k, 0), 0, "no %s requests: %s\n%s" % (k, kinds, log[-3000:]))
 
         arrivals = sorted(r["started"] for r in mine)

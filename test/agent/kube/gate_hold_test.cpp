@@ -5,8 +5,11 @@
 #include <fstream>
 #include <sstream>
 
+#include <prometheus/registry.h>
+
 #include "publish/kube/admission.h"
 #include "publish/kube/gate_hold.h"
+#include "publish/kube/hold_board.h"
 
 namespace nodegate::kube {
 namespace {
@@ -381,6 +384,75 @@ TEST(GateHold, OwnTaintPresent) {
   json n = node(kOpen);
   n["spec"]["taints"] = {{{"key", "nodegate.io/not-ready"}, {"effect", "NoExecute"}}};
   EXPECT_FALSE(ownTaintPresent(n, settings()));
+}
+
+TEST(GateHold, ClosedSinceRunsFromTheFirstSightingOfTheTaint) {
+  ClosedSince c;
+  auto t0 = Clock::now();
+  EXPECT_FALSE(c.observe(node(kOpen), settings(), t0));
+  EXPECT_EQ(c.observe(node(kOpen, true), settings(), t0 + 1s), t0 + 1s);
+  EXPECT_EQ(c.observe(node(kOpen, true), settings(), t0 + 5s), t0 + 1s);  // still the same run
+  EXPECT_FALSE(c.observe(node(kOpen), settings(), t0 + 6s));
+  EXPECT_EQ(c.observe(node(kOpen, true), settings(), t0 + 9s), t0 + 9s);  // a new run
+}
+
+TEST(GateHold, NextLookWaitsForTheTaintWriteOrTheRelease) {
+  auto now = Clock::now();
+  LabelHold pending{"nodegate.io/vm-ready", "true", std::nullopt, "ClosingDelay", {}, std::nullopt};
+  LabelHold due = pending;
+  due.release_at = now + 4s;
+  LabelHold pods{"nodegate.io/vm-ready", "true", std::nullopt, "SelectedByRunningPods", {}, {}};
+  EXPECT_EQ(nextLook({pending}, now + 10s), now + 10s);
+  EXPECT_EQ(nextLook({due, pending}, now + 10s), now + 4s);
+  EXPECT_EQ(nextLook({pods}, now + 10s), Clock::time_point::max());  // the pod view wakes it
+}
+
+TEST(GateHold, PlanIsTheVerdictAdjustedByTheHolds) {
+  Snapshot snap;
+  snap.complete = true;
+  snap.gate_open = false;
+  PodView v = view({launcher("vm-a")});
+  auto now = Clock::now();
+  NodePlan plan = planNode(snap, node(kOpen, true), settings(), at(v, now - 1h, now));
+  ASSERT_EQ(plan.holds.size(), 1u);
+  EXPECT_EQ(plan.holds[0].reason, "SelectedByRunningPods");
+  EXPECT_EQ(plan.want.labels.at("nodegate.io/vm-ready"), "true");
+  EXPECT_TRUE(plan.want.taint);
+}
+
+std::map<std::string, double> heldGauge(prometheus::Registry& r) {
+  std::map<std::string, double> out;
+  for (const auto& f : r.Collect())
+    if (f.name == "nodegate_gate_held_labels")
+      for (const auto& m : f.metric) out[m.label.at(0).value] = m.gauge.value;
+  return out;
+}
+
+TEST(GateHoldBoard, CountsByReasonAndShowsThePods) {
+  prometheus::Registry registry;
+  GateHoldBoard board(registry);
+  EXPECT_EQ(heldGauge(registry),
+            (std::map<std::string, double>{
+                {"ClosingDelay", 0}, {"PodViewIncomplete", 0}, {"SelectedByRunningPods", 0}}));
+  EXPECT_FALSE(board.toJson()["published"]);
+  PodView v = view({launcher("vm-a")});
+  LabelHold h{"nodegate.io/vm-ready",  "true",           std::nullopt,
+              "SelectedByRunningPods", {"default/vm-a"}, std::nullopt};
+  board.update({h}, v, "n1");
+  EXPECT_EQ(heldGauge(registry)["SelectedByRunningPods"], 1);
+  json j = board.toJson();
+  EXPECT_TRUE(j["published"]);
+  EXPECT_EQ(j["holds"][0]["label"], "nodegate.io/vm-ready");
+  EXPECT_EQ(j["holds"][0]["kept"], "true");
+  EXPECT_TRUE(j["holds"][0]["wanted"].is_null());
+  EXPECT_EQ(j["holds"][0]["pods"], json::array({"default/vm-a"}));
+  EXPECT_EQ(j["pod_view"]["complete"], true);
+  EXPECT_EQ(j["pod_view"]["pods"], 1);
+  PodView incomplete;
+  incomplete.why = "failed to list pods: HTTP 403";
+  board.update({}, incomplete, "n1");
+  EXPECT_EQ(heldGauge(registry)["SelectedByRunningPods"], 0);
+  EXPECT_EQ(board.toJson()["pod_view"]["reason"], "failed to list pods: HTTP 403");
 }
 
 }  // namespace
