@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "device_probe_client.h"
+#include "dns_path.h"
 #include "extension.h"
 #include "kube_wiring.h"
 #include "loop/runner.h"
@@ -165,6 +166,8 @@ int runAgent(const Options& opts) {
   // cluster-DNS reader. The cluster-DNS facts it writes are read by the dns-path probe and the
   // DNS service.
   auto cluster_dns = std::make_shared<ClusterDnsBoard>();
+  // The guests' DNS verdicts: the DNS tracer extension writes them, the dns-path probe reads them.
+  auto dns_verdicts = std::make_shared<DnsVerdictBoard>();
   auto kube = startKubeSide(opts, kubeSettings(opts, initial_config), *registry, cluster_dns);
   if (!kube) {
     log::error("failed to start kubernetes publisher", {{"error", kube.error().message}});
@@ -177,6 +180,7 @@ int runAgent(const Options& opts) {
   auto seams = productionSeams();
   seams.api_pvs = kube->api_pvs;
   seams.cluster_dns = cluster_dns;
+  seams.dns_verdicts = dns_verdicts;
   if (!opts.device_probe.empty()) seams.device_probe = deviceProbeClient(opts.device_probe);
   auto runner = std::make_shared<Runner>(makeProbes(seams), host, initial_config, ro);
   runner->addPublisher(std::make_shared<MetricsPublisher>(registry));
@@ -218,7 +222,8 @@ int runAgent(const Options& opts) {
                          [runner](std::uint32_t bits) { runner->trigger(bits); },
                          [runner] { return runner->snapshot(); },
                          events ? events.value().get() : nullptr,
-                         cluster_dns};
+                         cluster_dns,
+                         dns_verdicts};
   std::optional<ExtensionStarter> starter;
   if (rc == 0) {
     starter.emplace(services);

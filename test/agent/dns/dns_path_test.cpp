@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include "cilium_config.h"
 #include "nodegate/host_root.h"
+#include "processes.h"
 
 namespace nodegate {
 namespace {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end: a namespace replica of the KubeVirt masquerade DNS path (shared/DNS-PATH.md), the
+# End-to-end: a namespace replica of the KubeVirt masquerade DNS path (docs/dns-path.md), the
 # real agent tracing it with BPF, and real peers (dig, dnsmasq, nftables, tcpdump) as ground truth.
 # The replica is test/agent/dns/topology.sh.
 #
