@@ -7,6 +7,8 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
+#include "nodegate/log.h"
+
 namespace nodegate::dns {
 namespace {
 
@@ -71,66 +73,138 @@ struct Accounting::Metrics {
                      .Name("nodegate_dns_hops_attached")
                      .Help("Network devices the DNS tracer is attached to")
                      .Register(r)
-                     .Add({})) {}
+                     .Add({})),
+        limited(prometheus::BuildCounter()
+                    .Name("nodegate_dns_series_limited_total")
+                    .Help("Guest DNS queries a metric family gave no series of their own: its "
+                          "cap was reached (cap) or their VMI had left the node (vmi_gone)")
+                    .Register(r)),
+        queries_capped(limited.Add({{"family", "nodegate_dns_queries_total"}, {"reason", "cap"}})),
+        queries_gone(
+            limited.Add({{"family", "nodegate_dns_queries_total"}, {"reason", "vmi_gone"}})),
+        drops_capped(limited.Add({{"family", "nodegate_dns_drops_total"}, {"reason", "cap"}})) {}
   prometheus::Family<prometheus::Counter>& queries;
   prometheus::Family<prometheus::Histogram>& latency;
   prometheus::Family<prometheus::Counter>& drops;
   prometheus::Counter& lost;
   prometheus::Family<prometheus::Counter>& evictions;
   prometheus::Gauge& attached;
+  prometheus::Family<prometheus::Counter>& limited;
+  prometheus::Counter& queries_capped;
+  prometheus::Counter& queries_gone;
+  prometheus::Counter& drops_capped;
 
   // prometheus-cpp's Family::Add() builds a new metric on every call (a histogram with all its
   // buckets) and discards it when the labels exist; per finished query and hop that was the
-  // largest part of accounting. These look each label set up once. Nothing here ever removes a
-  // metric from its family, so the references stay valid.
+  // largest part of accounting. These look each label set up once; removeVmi() drops a VMI's
+  // series and their entries together, so the references held stay valid.
   prometheus::Histogram& latencyAt(Hop hop) {
     auto& h = latency_by_hop_[hop];
     if (h == nullptr) h = &latency.Add({{"hop", std::string(hopName(hop))}}, kLatencyBuckets);
     return *h;
   }
-  prometheus::Counter& queriesOf(const std::string& ns, const std::string& vmi, Verdict v) {
-    auto& c = queries_by_key_[{ns, vmi, v}];
+  prometheus::Counter& queriesOf(const std::string& ns, const std::string& name, Verdict v) {
+    auto& c = queries_by_key_[{ns, name, v}];
     if (c == nullptr)
-      c = &queries.Add({{"namespace", ns}, {"vmi", vmi}, {"result", std::string(verdictName(v))}});
+      c = &queries.Add({{"namespace", ns}, {"vmi", name}, {"result", std::string(verdictName(v))}});
+    return *c;
+  }
+  void removeVmi(const std::string& ns, const std::string& name) {
+    auto it = queries_by_key_.lower_bound({ns, name, Verdict::InFlight});
+    while (it != queries_by_key_.end() && std::get<0>(it->first) == ns &&
+           std::get<1>(it->first) == name) {
+      queries.Remove(it->second);
+      it = queries_by_key_.erase(it);
+    }
+  }
+  // nullptr: the pair is new and the cap is reached.
+  prometheus::Counter* dropsOf(const std::string& hop, const std::string& reason, std::size_t cap) {
+    auto it = drops_by_key_.find({hop, reason});
+    if (it != drops_by_key_.end()) return it->second;
+    if (drops_by_key_.size() >= cap) return nullptr;
+    auto* c = &drops.Add({{"hop", hop}, {"reason", reason}});
+    drops_by_key_.emplace(std::make_pair(hop, reason), c);
+    return c;
+  }
+  prometheus::Counter& dropsOverflow(const std::string& hop) {
+    auto& c = drops_other_[hop];
+    if (c == nullptr) c = &drops.Add({{"hop", hop}, {"reason", "_other"}});
     return *c;
   }
 
  private:
   std::map<Hop, prometheus::Histogram*> latency_by_hop_;
   std::map<std::tuple<std::string, std::string, Verdict>, prometheus::Counter*> queries_by_key_;
+  std::map<std::pair<std::string, std::string>, prometheus::Counter*> drops_by_key_;
+  std::map<std::string, prometheus::Counter*> drops_other_;
 };
+
+namespace {
+
+std::pair<std::string, std::string> splitVmi(const std::string& vmi) {
+  auto slash = vmi.find('/');
+  if (slash == std::string::npos) return {"", vmi};
+  return {vmi.substr(0, slash), vmi.substr(slash + 1)};
+}
+
+}  // namespace
 
 Accounting::Accounting(prometheus::Registry& registry, AccountingLimits limits)
     : limits_(limits), metrics_(std::make_unique<Metrics>(registry)) {}
 
 Accounting::~Accounting() = default;
 
-std::string Accounting::vmiLabel(const std::string& vmi) {
+std::pair<std::string, std::string> Accounting::vmiLabels(const std::string& vmi) {
   if (metric_vmis_.count(vmi) || metric_vmis_.size() < limits_.max_vmis) {
     metric_vmis_.insert(vmi);
-    return vmi;
+    return splitVmi(vmi);
   }
-  return "_other/_other";
+  metrics_->queries_capped.Increment();
+  if (!vmi_cap_logged_) {
+    log::warn("dns metrics: VMI cap reached, further VMIs are counted as _other/_other",
+              {{"cap", std::to_string(limits_.max_vmis)}, {"vmi", vmi}});
+    vmi_cap_logged_ = true;
+  }
+  return {"_other", "_other"};
 }
 
 void Accounting::account(std::vector<QueryTrace> finished, const CorrelatorStats& engine) {
   auto now = std::chrono::system_clock::now();
   std::lock_guard lock(mu_);
   for (auto& t : finished) {
-    std::string label = vmiLabel(t.vmi);
-    auto slash = label.find('/');
-    std::string ns = slash == std::string::npos ? "" : label.substr(0, slash);
-    std::string name = slash == std::string::npos ? label : label.substr(slash + 1);
-    metrics_->queriesOf(ns, name, t.verdict).Increment();
     for (const auto& s : t.query_path)
       if (auto l = t.hopLatencyNs(s.hop))
         metrics_->latencyAt(s.hop).Observe(static_cast<double>(*l) / 1e9);
-    if (!t.drop_reason.empty())
-      metrics_->drops.Add({{"hop", std::string(hopName(t.drop_hop))}, {"reason", t.drop_reason}})
-          .Increment();
-    auto& q = per_vmi_[t.vmi];
-    q.emplace_back(now, std::move(t));
-    while (q.size() > limits_.per_vmi) q.pop_front();
+    if (!t.drop_reason.empty()) {
+      const std::string hop(hopName(t.drop_hop));
+      if (auto* c = metrics_->dropsOf(hop, t.drop_reason, limits_.max_drop_series)) {
+        c->Increment();
+      } else {
+        metrics_->dropsOverflow(hop).Increment();
+        metrics_->drops_capped.Increment();
+        if (!drop_cap_logged_)
+          log::warn("dns metrics: drop series cap reached, further reasons are counted as _other",
+                    {{"cap", std::to_string(limits_.max_drop_series)},
+                     {"hop", hop},
+                     {"reason", t.drop_reason}});
+        drop_cap_logged_ = true;
+      }
+    }
+    if (!t.vmi.empty() && !present_.count(t.vmi)) {
+      // In flight when its VM left (an unanswered query finishes at the timeout): the VM's
+      // series and window are gone and must not come back for it.
+      metrics_->queries_gone.Increment();
+      continue;
+    }
+    auto [ns, name] = vmiLabels(t.vmi);
+    metrics_->queriesOf(ns, name, t.verdict).Increment();
+    // No VM's hop saw it (the node's own queries at the server's side): no guest to judge.
+    if (t.vmi.empty()) continue;
+    auto& w = per_vmi_[t.vmi];
+    w.entries.push_back({now, t.verdict});
+    while (w.entries.size() > limits_.per_vmi) w.entries.pop_front();
+    w.newest = t.verdict;
+    w.newest_detail = detailOf(t);
   }
   if (engine.evicted_in_flight > evicted_in_flight_seen_) {
     metrics_->evictions.Add({{"kind", "in_flight"}})
@@ -155,16 +229,26 @@ void Accounting::hopsAttached(std::size_t n) {
   metrics_->attached.Set(static_cast<double>(n));
 }
 
+// Called with mu_ held.
+void Accounting::forget(const std::string& vmi) {
+  per_vmi_.erase(vmi);
+  if (metric_vmis_.erase(vmi)) {
+    auto [ns, name] = splitVmi(vmi);
+    metrics_->removeVmi(ns, name);
+    if (metric_vmis_.size() < limits_.max_vmis) vmi_cap_logged_ = false;  // room again
+  }
+}
+
 void Accounting::present(const std::set<std::string>& vmis) {
   std::lock_guard lock(mu_);
-  // Series of VMIs that left the node go with them, keeping the label set bounded over time.
-  for (auto it = metric_vmis_.begin(); it != metric_vmis_.end();) {
-    if (vmis.count(*it) || per_vmi_.count(*it)) {
-      ++it;
-      continue;
-    }
-    it = metric_vmis_.erase(it);
-  }
+  present_ = vmis;
+  present_.insert("");  // queries no VM's hop saw (the node's own, at the server side) stay
+  std::vector<std::string> gone;
+  for (const auto& v : metric_vmis_)
+    if (!present_.count(v)) gone.push_back(v);
+  for (const auto& [v, w] : per_vmi_)
+    if (!present_.count(v)) gone.push_back(v);
+  for (const auto& v : gone) forget(v);
 }
 
 Accounting::Summary Accounting::summarize(std::chrono::system_clock::time_point now,
@@ -177,8 +261,8 @@ Accounting::Summary Accounting::summarize(std::chrono::system_clock::time_point 
   s.attached_hops = attached_hops;
   std::map<std::string, GuestDnsState> states;
   for (auto it = per_vmi_.begin(); it != per_vmi_.end();) {
-    auto& q = it->second;
-    while (!q.empty() && now - q.front().first > limits_.window) q.pop_front();
+    auto& q = it->second.entries;
+    while (!q.empty() && now - q.front().when > limits_.window) q.pop_front();
     if (q.empty()) {
       it = per_vmi_.erase(it);
       continue;
@@ -186,10 +270,9 @@ Accounting::Summary Accounting::summarize(std::chrono::system_clock::time_point 
     GuestDnsStatus g;
     g.vmi = it->first;
     // The newest verdict is the guest's state: an answer after a failure means it recovered.
-    const QueryTrace& newest = q.back().second;
-    g.state = stateOf(newest.verdict);
-    g.detail = detailOf(newest);
-    for (const auto& [when, t] : q) (t.verdict == Verdict::Answered ? g.answered : g.failed)++;
+    g.state = stateOf(it->second.newest);
+    g.detail = it->second.newest_detail;
+    for (const auto& e : q) (e.verdict == Verdict::Answered ? g.answered : g.failed)++;
     s.queries_in_window += g.answered + g.failed;
     states[g.vmi] = g.state;
     s.vms.push_back(std::move(g));

@@ -69,6 +69,8 @@ struct DnsService::Impl {
   // The worker's: the last pass's findings.
   std::atomic<std::size_t> launchers{0};
   std::vector<std::string> discovery_errors;
+  mutable std::mutex vmis_mu;
+  std::set<std::string> vmis;  // on the node at the last pass ("ns/name"; "" = the shared side)
 
   std::mutex wake_mu;  // the three below
   std::condition_variable wake;
@@ -237,6 +239,8 @@ void DnsService::Impl::rescan() {
   std::set<std::string> present;
   for (const auto& d : found.devices) present.insert(d.vmi);
   accounting.present(present);
+  std::lock_guard lock(vmis_mu);
+  vmis = std::move(present);
 }
 
 // Publishes the probe's summary; true when some guest's state changed.
@@ -346,6 +350,11 @@ DnsService::DiscoveryStats DnsService::discoveryStats() const {
   return s;
 }
 
+bool DnsService::onNode(const std::string& vmi) const {
+  std::lock_guard lock(impl_->vmis_mu);
+  return !vmi.empty() && impl_->vmis.count(vmi);
+}
+
 std::vector<HopDevice> DnsService::hops() const {
   return impl_->attachments.devices();
 }
@@ -446,6 +455,11 @@ Result<std::unique_ptr<Extension>> startDnsTracer(AgentServices& s) {
         if (!q) {
           *status = 400;
           return nlohmann::json{{"error", q.error().message}};
+        }
+        if (!q->vmi.empty() && !p->onNode(q->vmi)) {
+          // Not "no queries yet": nothing on this node serves that VMI, so none will come.
+          *status = 404;
+          return nlohmann::json{{"error", "no such VMI on this node: " + q->vmi}, {"vmi", q->vmi}};
         }
         return p->tracesJson(q->vmi, q->after, q->limit);
       },

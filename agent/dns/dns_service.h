@@ -67,8 +67,9 @@ class DnsService final : public Extension {
                                                    std::unique_ptr<DnsTracer> tracer);
   ~DnsService() override;  // stops the worker, detaches everything, clears the board
 
-  // GET /api/v1/dns/traces: vmi filters ("ns/name"), after returns traces with seq > after
-  // (what --follow polls with), limit caps the newest returned. Shape: {tracer, in_flight, stats,
+  // GET /api/v1/dns/traces: vmi filters ("ns/name"; 404 when no launcher on this node serves
+  // it), after returns traces with seq > after (what --follow polls with), limit caps the newest
+  // returned. Shape: {tracer, in_flight, stats,
   // vmis: [{vmi, hops: [{hop, number, device, netns, netns_ino}]}] (vmi "(shared)" holds the DNS
   // server's side every guest uses), traces: [traceJson()...] oldest first}.
   nlohmann::json tracesJson(const std::string& vmi, std::uint64_t after, std::size_t limit) const;
@@ -86,6 +87,8 @@ class DnsService final : public Extension {
   };
   DiscoveryStats discoveryStats() const;
   std::vector<HopDevice> hops() const;  // devices traced now
+  // The last discovery pass found a launcher serving `vmi` ("ns/name") on this node.
+  bool onNode(const std::string& vmi) const;
 
   struct Impl;
 

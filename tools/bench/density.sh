@@ -320,6 +320,9 @@ expect "all VMs gone: the agent holds no launcher netns (at most the host and se
 for _ in $(seq 100); do [ -z "$(ip -n $H -o link show | grep ' hl[0-9]')" ] && break; sleep 0.1; done
 expect "all VMs gone: every host-side veth gone (no launcher netns pinned)" \
   test -z "$(ip -n $H -o link show | grep ' hl[0-9]')"
+# The VMs sent queries: their series went with them (issue 21: bounded over create/destroy).
+expect "all VMs gone: no per-VMI query series left in /metrics" bash -c \
+  "curl -sf http://127.0.0.1:$PORT_METRICS/metrics > $TMP/metrics-gone.txt && grep -q '^nodegate_dns_hops_attached' $TMP/metrics-gone.txt && ! grep -q 'nodegate_dns_queries_total{.*vmi=\"[^\"]' $TMP/metrics-gone.txt"
 record "{\"kind\":\"teardown\",\"mem\":$gone,\"hops\":$left}"
 prog_ids=$(meter prog_ids $AGENT)  # (not in a pipeline: a pipeline's subshell has no coproc fds)
 prog_ids=$(tr -d '[] ' <<< "$prog_ids")
