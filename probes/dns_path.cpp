@@ -154,10 +154,16 @@ CheckResult DnsPathProbe::run(const ProbeContext& ctx) {
         break;
     }
   }
-  DIR* d = ::opendir(ctx.host.proc().c_str());
-  in.launchers_readable = d != nullptr;
-  if (d) ::closedir(d);
-  in.launchers = findVirtLaunchers(ctx.host).size();
+  if (in.tracer) {
+    // The tracer's discovery follows the launchers already (proc connector, rescans): a scan of
+    // every process's comm here would make each probe cycle grow with the host's process count.
+    in.launchers = in.tracer->launcher_processes;
+  } else {
+    DIR* d = ::opendir(ctx.host.proc().c_str());
+    in.launchers_readable = d != nullptr;
+    if (d) ::closedir(d);
+    in.launchers = findVirtLaunchers(ctx.host).size();
+  }
   return evaluateDnsPath(in);
 }
 

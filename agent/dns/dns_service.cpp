@@ -66,8 +66,9 @@ struct DnsService::Impl {
   mutable std::mutex engine_mu;  // the engine: fed by the poll thread, read by the views
   Correlator engine;
 
-  // The worker's: the last pass's findings.
-  std::atomic<std::size_t> launchers{0};
+  // The worker's: the last pass's findings (launcher netns, virt-launcher processes).
+  std::atomic<std::size_t> launchers{0}, launcher_processes{0};
+  std::pair<std::size_t, std::size_t> published_counts;  // publish()'s alone
   std::vector<std::string> discovery_errors;
   mutable std::mutex vmis_mu;
   std::set<std::string> vmis;  // on the node at the last pass ("ns/name"; "" = the shared side)
@@ -222,6 +223,7 @@ void DnsService::Impl::rescan() {
   }
   attachments.apply(found.devices);
   launchers = found.launchers;
+  launcher_processes = found.launcher_pids.size();
   {
     std::lock_guard lock(engine_mu);
     engine.setBeyondHostTraced(attachments.beyondHostTraced());
@@ -243,11 +245,16 @@ void DnsService::Impl::rescan() {
   vmis = std::move(present);
 }
 
-// Publishes the probe's summary; true when some guest's state changed.
+// Publishes the probe's summary; true when some guest's state or the number of guests changed
+// (the probe takes its launcher count from here, so a VM arriving re-runs it).
 bool DnsService::Impl::publish() {
   auto s = accounting.summarize(std::chrono::system_clock::now(), launchers, attachments.size());
+  s.summary.launcher_processes = launcher_processes;
+  const auto counts = std::make_pair(s.summary.guests, s.summary.launcher_processes);
+  const bool changed = s.changed || counts != published_counts;
+  published_counts = counts;
   if (cfg.board) cfg.board->publish(std::move(s.summary));
-  return s.changed;
+  return changed;
 }
 
 // Every cfg.tick: queries past their timeout finish, the accounting takes what finished.

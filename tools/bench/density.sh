@@ -185,6 +185,8 @@ measure_size() {
     local vmis; vmis=$(meter series nodegate_dns_queries_total)
     check "DNS from every one of the $n guests traced end to end (a query count per VMI)" \
       test "$vmis" -ge "$n"
+    check "the dns-path probe counts the $n launchers from the tracer's discovery" bash -c \
+      "for _ in \$(seq 50); do curl -sf http://127.0.0.1:$PORT_DEBUG/api/v1/checks/dns-path | python3 -c 'import json,sys; sys.exit(0 if any(e[\"source\"]==\"virt-launcher processes\" and e[\"observed\"]==\"$n\" for e in json.load(sys.stdin)[\"evidence\"]) else 1)' && exit 0; sleep 0.2; done; exit 1"
     local lost; lost=$(jget "$(meter tracer)" events_lost)
     check "no tracer event lost at ${RATES% *} queries/s over $n guests" test "$lost" = 0
   fi
