@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "device_probe_client.h"
+#include "dns_path.h"
 #include "extension.h"
 #include "kube_wiring.h"
 #include "loop/runner.h"
@@ -167,6 +168,8 @@ int runAgent(const Options& opts) {
   auto cluster_dns = std::make_shared<ClusterDnsBoard>();
   // What the gate holds back for running pods: written by the publisher, shown by the API/page.
   auto holds = std::make_shared<kube::GateHoldBoard>(*registry);
+  // The guests' DNS verdicts: the DNS tracer extension writes them, the dns-path probe reads them.
+  auto dns_verdicts = std::make_shared<DnsVerdictBoard>();
   auto kube =
       startKubeSide(opts, kubeSettings(opts, initial_config), *registry, cluster_dns, holds);
   if (!kube) {
@@ -180,6 +183,7 @@ int runAgent(const Options& opts) {
   auto seams = productionSeams();
   seams.api_pvs = kube->api_pvs;
   seams.cluster_dns = cluster_dns;
+  seams.dns_verdicts = dns_verdicts;
   if (!opts.device_probe.empty()) seams.device_probe = deviceProbeClient(opts.device_probe);
   auto runner = std::make_shared<Runner>(makeProbes(seams), host, initial_config, ro);
   runner->addPublisher(std::make_shared<MetricsPublisher>(registry));
@@ -222,7 +226,8 @@ int runAgent(const Options& opts) {
                          [runner](std::uint32_t bits) { runner->trigger(bits); },
                          [runner] { return runner->snapshot(); },
                          events ? events.value().get() : nullptr,
-                         cluster_dns};
+                         cluster_dns,
+                         dns_verdicts};
   std::optional<ExtensionStarter> starter;
   if (rc == 0) {
     starter.emplace(services);

@@ -15,6 +15,8 @@
 //      - s.cluster_dns:   what the API says about the cluster's DNS (Cilium, CoreDNS endpoints),
 //                         kept fresh by the agent's cluster-DNS reader; never null (empty without
 //                         an API connection).
+//      - s.dns_verdicts:  the board the DNS tracer publishes its guests' verdicts on and the
+//                         dns-path probe reads (the same one is in the probes' Seams).
 // 2. Add ONE line for it to agentExtensions() in agent/extensions.cpp.
 // The agent starts extensions one after another on a starter thread, after the loop and the HTTP
 // listeners are up (so a slow start, e.g. loading BPF programs, delays nothing else; routes and
@@ -42,6 +44,7 @@
 namespace nodegate {
 
 class ClusterDnsBoard;
+class DnsVerdictBoard;
 class KernelEvents;
 
 struct AgentServices {
@@ -55,6 +58,7 @@ struct AgentServices {
   std::function<std::shared_ptr<const Snapshot>()> snapshot;
   KernelEvents* kernel_events = nullptr;  // outlives every extension
   std::shared_ptr<const ClusterDnsBoard> cluster_dns;
+  std::shared_ptr<DnsVerdictBoard> dns_verdicts;  // the DNS tracer writes, dns-path reads
 };
 
 // A running component; destroying it stops it.

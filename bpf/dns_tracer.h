@@ -36,17 +36,10 @@ namespace nodegate::dns {
 
 struct TracerOptions {
   // Ring buffer size in bytes (power of two, multiple of the page size). Rule: peak events/s ×
-  // poll interval × record size, with headroom for a late poll. Peak: 50k DNS packets/s seen at
-  // each of 4 traced devices = 200k events/s (the most this 2-vCPU machine's dnsperf drove through
-  // the bench topology was ~170k/s); poll 10 ms; a record is 128 B for a name of up to 36
-  // characters (192 or 256 B for longer ones, bpf/dns_event.h). In flight per poll: 200k × 0.010 ×
-  // 128 B = 256 KB. The agent's poll thread also correlates what it drains (~2.5 µs an event then,
-  // ~1.6 since: docs/benchmarks/dns.md), so its polls run late under load: 512 KiB lost nothing
-  // at 120k events/s in the agent where 256 KiB lost 2 % (docs/benchmarks/dns-bpf.md, "Ring size
-  // 256 KiB, tried"; measured before the agent got cheaper per event), and nothing up
-  // to ~288k DNS packets/s with the bench's bare consumer. The program forces a wakeup at half
-  // full. The ring is mapped into the agent twice over (the data pages are mapped a second time for
-  // wrap-around reads) while a device is attached: 512 KiB costs 1 MiB of RSS then.
+  // poll interval × record size, with headroom for the late polls of a busy agent; the program
+  // forces a wakeup at half full. The ring is mapped twice while a device is attached (the data
+  // pages again, for wrap-around reads): 512 KiB costs 1 MiB of RSS then. How 512 KiB was
+  // arrived at, with the figures: docs/benchmarks/dns-bpf.md, "Ring sizing".
   std::size_t ring_bytes = 1u << 19;
   // How often the poll thread drains the ring; the BPF side does not wake user space per event
   // (BPF_RB_NO_WAKEUP) and forces a wakeup only when the ring is half full.

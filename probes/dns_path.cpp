@@ -2,146 +2,13 @@
 
 #include <dirent.h>
 
-#include <algorithm>
-
-#include <nlohmann/json.hpp>
-
+#include "processes.h"
 #include "text.h"
 
 namespace nodegate {
 
-std::string launcherVmiFromCmdline(std::string_view cmdline) {
-  std::vector<std::string_view> args;
-  while (!cmdline.empty()) {
-    auto nul = cmdline.find('\0');
-    args.push_back(cmdline.substr(0, nul));
-    if (nul == std::string_view::npos) break;
-    cmdline.remove_prefix(nul + 1);
-  }
-  std::string_view name, ns;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    auto take = [&](std::string_view flag, std::string_view* out) {
-      if (args[i] == flag && i + 1 < args.size())
-        *out = args[i + 1];
-      else if (args[i].size() > flag.size() + 1 && args[i].substr(0, flag.size()) == flag &&
-               args[i][flag.size()] == '=')
-        *out = args[i].substr(flag.size() + 1);
-    };
-    take("--name", &name);
-    take("--namespace", &ns);
-  }
-  if (name.empty()) return {};
-  return std::string(ns.empty() ? "default" : ns) + "/" + std::string(name);
-}
-
-std::vector<LauncherProcess> findProcesses(const HostRoot& host,
-                                           const std::set<std::string, std::less<>>& comms) {
-  std::vector<LauncherProcess> out;
-  DIR* d = ::opendir(host.proc().c_str());
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    auto pid = parseU64(e->d_name);
-    if (!pid) continue;
-    std::string base = std::string(e->d_name) + "/";
-    // Processes come and go during the scan: a vanished one is simply not there.
-    auto comm = readValue(host.proc(base + "comm"));
-    if (!comm || !comms.count(*comm)) continue;
-    LauncherProcess p;
-    p.pid = static_cast<int>(*pid);
-    p.comm = *comm;
-    if (p.comm == "virt-launcher")
-      if (auto cmd = readFile(host.proc(base + "cmdline"), 1u << 16))
-        p.vmi = launcherVmiFromCmdline(*cmd);
-    p.netns_path = host.proc(base + "ns/net");
-    out.push_back(std::move(p));
-  }
-  ::closedir(d);
-  std::sort(out.begin(), out.end(),
-            [](const LauncherProcess& a, const LauncherProcess& b) { return a.pid < b.pid; });
-  return out;
-}
-
-std::vector<LauncherProcess> findVirtLaunchers(const HostRoot& host) {
-  return findProcesses(host, {"virt-launcher"});
-}
-
-namespace {
-
-// ConfigMap values are strings; hand-written files sometimes use JSON booleans.
-std::optional<std::string> textValue(const nlohmann::json& data, const char* key) {
-  auto it = data.find(key);
-  if (it == data.end() || it->is_null()) return std::nullopt;
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_boolean()) return it->get<bool>() ? "true" : "false";
-  return it->dump();
-}
-
-bool isTrue(const std::optional<std::string>& v) {
-  return v && (*v == "true" || *v == "True");
-}
-
-}  // namespace
-
-Result<CiliumSocketLb> parseCiliumConfig(std::string_view json_text) {
-  nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object())
-    return Error{0, "failed to parse cilium-config: not a JSON object"};
-  const nlohmann::json* data = &doc;
-  if (doc.contains("data")) {
-    if (!doc["data"].is_object())
-      return Error{0, "failed to parse cilium-config: data is not an object"};
-    data = &doc["data"];
-  }
-  CiliumSocketLb c;
-  c.known = true;
-  auto kpr = textValue(*data, "kube-proxy-replacement");
-  auto sock = textValue(*data, "bpf-lb-sock");
-  auto hostns = textValue(*data, "bpf-lb-sock-hostns-only");
-  // Before Cilium 1.12 socket LB was called host-reachable services.
-  auto legacy = textValue(*data, "enable-host-reachable-services");
-  c.kpr_value = kpr.value_or("");
-  c.sock_value = sock ? *sock : legacy.value_or("");
-  c.hostns_value = hostns.value_or("");
-  c.kube_proxy_replacement = kpr && (*kpr == "true" || *kpr == "strict");
-  // Full kube-proxy replacement turns socket LB on unless it is switched off explicitly.
-  if (sock)
-    c.socket_lb = isTrue(sock);
-  else if (legacy)
-    c.socket_lb = isTrue(legacy);
-  else
-    c.socket_lb = c.kube_proxy_replacement;
-  c.host_namespace_only = isTrue(hostns);
-  return c;
-}
-
-void DnsVerdictBoard::publish(DnsPathSummary s) {
-  std::lock_guard lock(mu_);
-  summary_ = std::move(s);
-}
-
-void DnsVerdictBoard::clear() {
-  std::lock_guard lock(mu_);
-  summary_.reset();
-}
-
 std::optional<DnsPathSummary> DnsVerdictBoard::summary() const {
-  std::lock_guard lock(mu_);
-  return summary_;
-}
-
-std::shared_ptr<DnsVerdictBoard> processDnsVerdicts() {
-  static const auto board = std::make_shared<DnsVerdictBoard>();
-  return board;
-}
-
-void ClusterDnsBoard::publish(ClusterDnsFacts f) {
-  std::lock_guard lock(mu_);
-  facts_ = std::move(f);
-}
-
-std::optional<ClusterDnsFacts> ClusterDnsBoard::facts() const {
-  std::lock_guard lock(mu_);
-  return facts_;
+  return board_.get();
 }
 
 namespace {
@@ -287,10 +154,16 @@ CheckResult DnsPathProbe::run(const ProbeContext& ctx) {
         break;
     }
   }
-  DIR* d = ::opendir(ctx.host.proc().c_str());
-  in.launchers_readable = d != nullptr;
-  if (d) ::closedir(d);
-  in.launchers = findVirtLaunchers(ctx.host).size();
+  if (in.tracer) {
+    // The tracer's discovery follows the launchers already (proc connector, rescans): a scan of
+    // every process's comm here would make each probe cycle grow with the host's process count.
+    in.launchers = in.tracer->launcher_processes;
+  } else {
+    DIR* d = ::opendir(ctx.host.proc().c_str());
+    in.launchers_readable = d != nullptr;
+    if (d) ::closedir(d);
+    in.launchers = findVirtLaunchers(ctx.host).size();
+  }
   return evaluateDnsPath(in);
 }
 

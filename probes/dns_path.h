@@ -1,59 +1,23 @@
 // dns-path: do guest DNS queries make it through the masquerade NAT and the CNI's service
 // translation and back? Decided from the DNS tracer's recent verdicts (agent/dns) when the agent
 // runs one, and from a static configuration check that predicts the Cilium socket-LB incident
-// (shared/DNS-PATH.md): kube-proxy replacement with socket LB not restricted to the host
-// namespace never translates a guest's ClusterIP query.
+// (docs/dns-path.md, "Where it breaks"): kube-proxy replacement with socket LB not restricted to
+// the host namespace never translates a guest's ClusterIP query.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <set>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "cilium_config.h"
+#include "nodegate/board.h"
 #include "nodegate/probe.h"
 #include "nodegate/result.h"
 
 namespace nodegate {
-
-// --- virt-launcher processes (hostPID) -----------------------------------------------------
-
-struct LauncherProcess {
-  int pid = 0;
-  std::string comm;        // the process name the scan matched
-  std::string vmi;         // virt-launcher: "namespace/name" from its --namespace/--name
-                           // arguments; "" if absent or another process
-  std::string netns_path;  // <proc>/PID/ns/net
-};
-
-// The VMI a virt-launcher serves, from its NUL-separated command line; "" when it names none.
-std::string launcherVmiFromCmdline(std::string_view cmdline);
-// Every process whose comm is exactly one of `comms`, by pid, in one pass over procfs (the DNS
-// tracer looks for virt-launchers and DNS servers together). comm is the kernel's 15-byte name:
-// the launcher's monitor, "virt-launcher-monitor", shows as "virt-launcher-m" and is not one.
-std::vector<LauncherProcess> findProcesses(const HostRoot& host,
-                                           const std::set<std::string, std::less<>>& comms);
-std::vector<LauncherProcess> findVirtLaunchers(const HostRoot& host);
-
-// --- static configuration: Cilium ------------------------------------------------------------
-
-struct CiliumSocketLb {
-  bool known = false;  // a cilium-config was read
-  bool kube_proxy_replacement = false;
-  bool socket_lb = false;  // socket-level load balancing on
-  bool host_namespace_only = false;
-  std::string kpr_value, sock_value, hostns_value;  // raw values, for evidence
-  // The incident: socket LB translating in every namespace, so a guest's packets (which never
-  // pass a socket hook in the pod) go out with the ClusterIP untouched.
-  bool predictsIncident() const { return known && socket_lb && !host_namespace_only; }
-};
-
-// Accepts the ConfigMap object as the API returns it ({"data": {...}}) or the bare data map.
-Result<CiliumSocketLb> parseCiliumConfig(std::string_view json_text);
 
 // --- the tracer's view, handed over through a seam -----------------------------------------
 
@@ -68,8 +32,9 @@ struct GuestDnsStatus {
 
 struct DnsPathSummary {
   std::chrono::system_clock::time_point updated;
-  std::size_t guests = 0;         // virt-launcher netns being traced
-  std::size_t attached_hops = 0;  // devices with the classifier attached
+  std::size_t guests = 0;              // virt-launcher netns being traced
+  std::size_t launcher_processes = 0;  // virt-launcher processes the tracer's discovery found
+  std::size_t attached_hops = 0;       // devices with the classifier attached
   std::size_t queries_in_window = 0;
   std::vector<GuestDnsStatus> vms;  // one per VMI that sent queries in the window
 };
@@ -81,21 +46,17 @@ class DnsVerdictSource {
   virtual std::optional<DnsPathSummary> summary() const = 0;
 };
 
-// The in-process implementation: the DNS service publish()es, the probe reads; thread-safe.
+// The in-process implementation: the DNS service publish()es, the probe reads; thread-safe. The
+// composition root builds one and hands it to both (AgentServices, Seams).
 class DnsVerdictBoard final : public DnsVerdictSource {
  public:
-  void publish(DnsPathSummary s);
-  void clear();  // tracer stopped
+  void publish(DnsPathSummary s) { board_.publish(std::move(s)); }
+  void clear() { board_.clear(); }  // tracer stopped
   std::optional<DnsPathSummary> summary() const override;
 
  private:
-  mutable std::mutex mu_;
-  std::optional<DnsPathSummary> summary_;
+  Board<DnsPathSummary> board_;
 };
-
-// The board of this process: `nodegate agent`'s DNS service fills it, the probe built by
-// makeProbes() reads it. Tests build their own boards.
-std::shared_ptr<DnsVerdictBoard> processDnsVerdicts();
 
 // --- the cluster's view, read from the API by the agent (agent/kube/cluster_dns.h) ----------
 
@@ -121,14 +82,9 @@ struct ClusterDnsFacts {
 // (agent/kube/cluster_dns.h), read by the dns-path probe (through Seams) and the DNS service
 // (through AgentServices); nullopt until the first read (and always without an API connection).
 // Thread-safe.
-class ClusterDnsBoard {
+class ClusterDnsBoard final : public Board<ClusterDnsFacts> {
  public:
-  void publish(ClusterDnsFacts f);
-  std::optional<ClusterDnsFacts> facts() const;
-
- private:
-  mutable std::mutex mu_;
-  std::optional<ClusterDnsFacts> facts_;
+  std::optional<ClusterDnsFacts> facts() const { return get(); }
 };
 
 struct DnsPathInputs {
@@ -137,7 +93,7 @@ struct DnsPathInputs {
   std::string cilium_error;       // configured file unreadable or malformed
   std::string cilium_note;        // how the Cilium settings were found (or that there is no Cilium)
   bool cilium_forbidden = false;  // the API refused to show cilium-config (RBAC)
-  std::size_t launchers = 0;      // virt-launcher processes seen on the host
+  std::size_t launchers = 0;      // virt-launcher processes: the tracer's count, or a procfs scan
   bool launchers_readable = true;
 };
 

@@ -21,7 +21,14 @@ std::string field(const nlohmann::json& j, const char* key) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : "unknown";
 }
 
-Result<nlohmann::json> fetch(kube::HttpTransport& http, const std::string& url) {
+// The exit code for a VMI no launcher on the agent's node serves (1: the agent could not be
+// asked or its tracer is off; 2: usage).
+constexpr int kNoSuchVmi = 3;
+
+// no_such_vmi: the agent answered that no launcher on its node serves the VMI asked for (a 404
+// of the route itself, which names the VMI; a 404 without is a path the agent does not serve).
+Result<nlohmann::json> fetch(kube::HttpTransport& http, const std::string& url, bool* no_such_vmi) {
+  *no_such_vmi = false;
   kube::HttpRequest req;
   req.url = url;
   req.timeout_s = 5;
@@ -33,6 +40,10 @@ Result<nlohmann::json> fetch(kube::HttpTransport& http, const std::string& url) 
   auto j = nlohmann::json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     return Error{0, "failed to read " + url + ": HTTP " + std::to_string(status) + ", not JSON"};
+  if (status == 404 && j.contains("vmi")) {
+    *no_such_vmi = true;
+    return Error{0, field(j, "error")};
+  }
   if (status == 503) {
     return Error{0, "the agent's dns tracer is off: " + field(j, "reason")};
   }
@@ -61,7 +72,14 @@ int runDnsTrace(const Options& opts) {
   std::uint64_t after = 0;
   bool first = true;
   for (;;) {
-    auto j = fetch(http, base + "/api/v1/dns/traces?after=" + std::to_string(after) + vmi_q);
+    bool no_such_vmi = false;
+    auto j = fetch(http, base + "/api/v1/dns/traces?after=" + std::to_string(after) + vmi_q,
+                   &no_such_vmi);
+    if (no_such_vmi) {
+      // The VM is not (or no longer, under --follow) on the agent's node.
+      std::cerr << "nodegate: no such VMI on this node: " << opts.vmi << "\n";
+      return kNoSuchVmi;
+    }
     if (!j) {
       std::cerr << "nodegate: " << j.error().message << "\n";
       return 1;

@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "dns_path.h"
+#include "processes.h"
 
 namespace nodegate::dns {
 namespace {

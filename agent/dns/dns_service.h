@@ -4,19 +4,13 @@
 // virt-launcher exec/exit from the proc connector; a periodic rescan as the safety net, slow when
 // those events work, fast when they do not), correlates events into per-query traces
 // (correlator.h), and publishes them: metrics, /api/v1/dns/traces, the status page's DNS section,
-// and the summary the dns-path probe reads (probes/dns_path.h). One worker thread; the tracer's
-// poll thread only feeds the engine.
+// and the summary the dns-path probe reads (probes/dns_path.h) on the board the composition root
+// hands it. One worker thread; the tracer's poll thread only feeds the engine.
 //
-// Metrics (DESIGN.md; label sets bounded: VMIs by max_vmis, hops by the hop table, reasons by the
-// kernel's skb_drop_reason enum):
-//   nodegate_dns_queries_total{namespace,vmi,result}  result = verdictName()
-//   nodegate_dns_hop_latency_seconds{hop}             round trip seen at each hop (histogram)
-//   nodegate_dns_drops_total{hop,reason}              queries lost with a kernel drop (hop
-//   "unknown":
-//                                                     dropped beyond the traced devices)
-//   nodegate_bpf_events_lost_total                    ring buffer reserve failures
-//   nodegate_dns_trace_evictions_total{kind}          in_flight | done: engine caps reached
-//   nodegate_dns_hops_attached                        devices being traced
+// Its parts: the tracer's attachments (attachments.h: attach/detach, netns fds), the accounting
+// (accounting.h: metrics, the window, the probe's summary; the metric families are listed there),
+// the views (views.h: the JSON route, the page section), and the worker here, which only
+// orchestrates them.
 #pragma once
 
 #include <chrono>
@@ -60,7 +54,7 @@ struct DnsServiceConfig {
   std::chrono::seconds window{300};  // what the probe's summary covers
   CorrelatorLimits limits;
   std::size_t max_vmis = 256;                      // metric label cap; beyond: vmi="_other"
-  std::shared_ptr<DnsVerdictBoard> board;          // where the probe reads from
+  std::shared_ptr<DnsVerdictBoard> board;          // where the probe reads from; null: nowhere
   std::shared_ptr<const ClusterDnsBoard> cluster;  // CoreDNS endpoints from the API; null: none
   std::function<void(std::uint32_t)> trigger;      // re-run probes (kTriggerDns)
 };
@@ -73,8 +67,9 @@ class DnsService final : public Extension {
                                                    std::unique_ptr<DnsTracer> tracer);
   ~DnsService() override;  // stops the worker, detaches everything, clears the board
 
-  // GET /api/v1/dns/traces: vmi filters ("ns/name"), after returns traces with seq > after
-  // (what --follow polls with), limit caps the newest returned. Shape: {tracer, in_flight, stats,
+  // GET /api/v1/dns/traces: vmi filters ("ns/name"; 404 when no launcher on this node serves
+  // it), after returns traces with seq > after (what --follow polls with), limit caps the newest
+  // returned. Shape: {tracer, in_flight, stats,
   // vmis: [{vmi, hops: [{hop, number, device, netns, netns_ino}]}] (vmi "(shared)" holds the DNS
   // server's side every guest uses), traces: [traceJson()...] oldest first}.
   nlohmann::json tracesJson(const std::string& vmi, std::uint64_t after, std::size_t limit) const;
@@ -92,6 +87,8 @@ class DnsService final : public Extension {
   };
   DiscoveryStats discoveryStats() const;
   std::vector<HopDevice> hops() const;  // devices traced now
+  // The last discovery pass found a launcher serving `vmi` ("ns/name") on this node.
+  bool onNode(const std::string& vmi) const;
 
   struct Impl;
 

@@ -1,6 +1,6 @@
-// Hop ids of the guest DNS path (shared/DNS-PATH.md table). The number is the order along the
-// query direction; the tracer stamps it on every event of the device it was attached to, so an
-// event says where it was seen without user space looking the device up again.
+// Hop ids of the guest DNS path (docs/dns-path.md, "One query, hop by hop"). The number is the
+// order along the query direction; the tracer stamps it on every event of the device it was
+// attached to, so an event says where it was seen without user space looking the device up again.
 #pragma once
 
 #include <cstdint>

@@ -180,13 +180,15 @@ class Netlink {
   virtual Result<std::unique_ptr<KernelEventSource>> linkEvents() = 0;
 };
 
-class PvSource;         // probes/local_pv.h
-class ClusterDnsBoard;  // probes/dns_path.h
+class PvSource;          // probes/local_pv.h
+class ClusterDnsBoard;   // probes/dns_path.h
+class DnsVerdictSource;  // probes/dns_path.h
 namespace devprobe {
 class Client;  // probes/device_probe_client.h
 }
 
-// The production seams; the agent adds what needs its API connection (api_pvs, cluster_dns).
+// The production seams; the agent adds what its own parts produce (api_pvs, cluster_dns,
+// dns_verdicts).
 struct Seams {
   std::shared_ptr<DeviceIo> device;
   std::shared_ptr<Exec> exec;
@@ -200,6 +202,9 @@ struct Seams {
   // dns-path's view of the cluster (Cilium's settings), written by the agent's cluster-DNS
   // reader (agent/kube/cluster_dns.h); null in `nodegate check`.
   std::shared_ptr<const ClusterDnsBoard> cluster_dns;
+  // dns-path's view of the guests: the verdicts the agent's DNS service (agent/dns) publishes;
+  // null in `nodegate check`, which runs no tracer.
+  std::shared_ptr<const DnsVerdictSource> dns_verdicts;
   // The device-probe helper (`--device-probe PATH`): when set, the device checks and lvm's
   // block-device work are asked of it (probes/device_probe_client.h); null: done here.
   std::shared_ptr<const devprobe::Client> device_probe;

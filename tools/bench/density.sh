@@ -185,6 +185,8 @@ measure_size() {
     local vmis; vmis=$(meter series nodegate_dns_queries_total)
     check "DNS from every one of the $n guests traced end to end (a query count per VMI)" \
       test "$vmis" -ge "$n"
+    check "the dns-path probe counts the $n launchers from the tracer's discovery" bash -c \
+      "for _ in \$(seq 50); do curl -sf http://127.0.0.1:$PORT_DEBUG/api/v1/checks/dns-path | python3 -c 'import json,sys; sys.exit(0 if any(e[\"source\"]==\"virt-launcher processes\" and e[\"observed\"]==\"$n\" for e in json.load(sys.stdin)[\"evidence\"]) else 1)' && exit 0; sleep 0.2; done; exit 1"
     local lost; lost=$(jget "$(meter tracer)" events_lost)
     check "no tracer event lost at ${RATES% *} queries/s over $n guests" test "$lost" = 0
   fi
@@ -320,6 +322,9 @@ expect "all VMs gone: the agent holds no launcher netns (at most the host and se
 for _ in $(seq 100); do [ -z "$(ip -n $H -o link show | grep ' hl[0-9]')" ] && break; sleep 0.1; done
 expect "all VMs gone: every host-side veth gone (no launcher netns pinned)" \
   test -z "$(ip -n $H -o link show | grep ' hl[0-9]')"
+# The VMs sent queries: their series went with them (issue 21: bounded over create/destroy).
+expect "all VMs gone: no per-VMI query series left in /metrics" bash -c \
+  "curl -sf http://127.0.0.1:$PORT_METRICS/metrics > $TMP/metrics-gone.txt && grep -q '^nodegate_dns_hops_attached' $TMP/metrics-gone.txt && ! grep -q 'nodegate_dns_queries_total{.*vmi=\"[^\"]' $TMP/metrics-gone.txt"
 record "{\"kind\":\"teardown\",\"mem\":$gone,\"hops\":$left}"
 prog_ids=$(meter prog_ids $AGENT)  # (not in a pipeline: a pipeline's subshell has no coproc fds)
 prog_ids=$(tr -d '[] ' <<< "$prog_ids")

@@ -36,17 +36,22 @@ import time
 DEBUG_PORT, METRICS_PORT = int(sys.argv[1]), int(sys.argv[2])
 
 
-def get(port, path, timeout=5):
+def get_status(port, path, timeout=5):
+    """(HTTP status, body); (None, None) when the agent did not answer."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         c.request("GET", path)
         r = c.getresponse()
-        body = r.read()
-        return body if r.status == 200 else None
+        return r.status, r.read()
     except OSError:
-        return None
+        return None, None
     finally:
         c.close()
+
+
+def get(port, path, timeout=5):
+    status, body = get_status(port, path, timeout)
+    return body if status == 200 else None
 
 
 def mem(pid):
@@ -117,8 +122,10 @@ def wait_hops(n, secs):
 
 def vmi_hops(vmi):
     # The route filters by VMI (the shared side comes along): a small answer at any node size.
-    body = get(DEBUG_PORT, f"/api/v1/dns/traces?limit=0&vmi={vmi}")
-    if body is None:
+    status, body = get_status(DEBUG_PORT, f"/api/v1/dns/traces?limit=0&vmi={vmi}")
+    if status == 404:
+        return 0  # no launcher on the node serves it (not yet, or no longer): nothing traced
+    if status != 200:
         return None
     for v in json.loads(body).get("vmis", []):
         if v["vmi"] == vmi:

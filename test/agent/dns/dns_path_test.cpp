@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include "cilium_config.h"
 #include "nodegate/host_root.h"
+#include "processes.h"
 
 namespace nodegate {
 namespace {
@@ -186,6 +188,19 @@ TEST(DnsPathProbe, ReadsTheBoardAndTheConfiguredFile) {
   bool saw_cilium = false;
   for (const auto& e : r.evidence) saw_cilium |= e.source == "cilium-config";
   EXPECT_TRUE(saw_cilium);
+  // With the tracer's summary the launchers are its discovery's count: procfs is not read.
+  auto s = summaryWith({{"team-a/vm-alpha", GuestDnsState::Ok, "", 3, 0}});
+  s.launcher_processes = 7;
+  board->publish(s);
+  HostRoot no_proc("/nonexistent");
+  no_proc.setProcfs("/nonexistent/proc");
+  ProbeContext no_proc_ctx{no_proc, cfg};
+  r = probe.run(no_proc_ctx);
+  EXPECT_EQ(r.status, Status::Pass);
+  bool saw_count = false;
+  for (const auto& e : r.evidence)
+    saw_count |= e.source == "virt-launcher processes" && e.observed == "7";
+  EXPECT_TRUE(saw_count);
   cfg.set("dns-path", "cilium_config_file", kDir + "missing.json");
   board->clear();
   r = probe.run(ctx);

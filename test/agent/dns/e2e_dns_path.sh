@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end: a namespace replica of the KubeVirt masquerade DNS path (shared/DNS-PATH.md), the
+# End-to-end: a namespace replica of the KubeVirt masquerade DNS path (docs/dns-path.md), the
 # real agent tracing it with BPF, and real peers (dig, dnsmasq, nftables, tcpdump) as ground truth.
 # The replica is test/agent/dns/topology.sh.
 #
@@ -211,6 +211,10 @@ check "dns trace rejects a VMI without a namespace (exit 2)" bash -c \
   "\"$NODEGATE\" dns trace --vmi vm1 --api $API; test \$? = 2"
 check "dns trace reports an unreachable agent (exit 1)" bash -c \
   "\"$NODEGATE\" dns trace --api http://127.0.0.1:19799 2>&1 | grep -q 'failed to query'; test \${PIPESTATUS[0]} = 1"
+check "dns trace --vmi of a VMI not on the node: 'no such VMI', exit 3" bash -c \
+  "\"$NODEGATE\" dns trace --vmi ngdns/unknown --api $API > $TMP/unknown.txt 2>&1; test \$? = 3 && grep -q 'no such VMI on this node: ngdns/unknown' $TMP/unknown.txt && ! grep -q 'no finished DNS queries' $TMP/unknown.txt"
+check "/api/v1/dns/traces?vmi= of a VMI not on the node answers 404" \
+  test "$(curl -s -o /dev/null -w '%{http_code}' "$API/api/v1/dns/traces?vmi=ngdns/unknown")" = 404
 
 # --- following VMs: the launcher process goes away, then comes back --------------------------------
 LAUNCHER_PID=$(pgrep -f "$TMP/virt-launcher" | head -1)
@@ -220,9 +224,21 @@ check "VM stopped: its hops are detached, the shared server side stays" \
   /api/v1/dns/traces
 check "VM stopped: no tracer program of ours left on its devices" \
   test "$(our_filters $L tap0)$(our_filters $L k6t-eth0)$(our_filters $L eth0)" = 000
+# It was last seen failing (SERVFAIL above): gone, it is neither judged nor counted any more.
+check "VM stopped: dns-path no longer warns about it" \
+  wait_for 10 'j["status"]=="PASS" and j["reason"]=="NoGuests" and "ngdns/vm1" not in json.dumps(j)' \
+  /api/v1/checks/dns-path
+check "VM stopped: its query series are gone from /metrics" bash -c \
+  "curl -sf http://127.0.0.1:$PORT_METRICS/metrics > $TMP/metrics-gone.txt && grep -q '^nodegate_dns_hops_attached' $TMP/metrics-gone.txt && ! grep -q 'nodegate_dns_queries_total{.*vmi=\"vm1\"' $TMP/metrics-gone.txt"
+check "VM stopped: dns trace --vmi says no such VMI (exit 3)" bash -c \
+  "\"$NODEGATE\" dns trace --vmi ngdns/vm1 --api $API 2>&1 | grep -q 'no such VMI'; test \${PIPESTATUS[0]} = 3"
 start_launcher
 check "VM started again: traced again" \
   wait_for 10 'any(v["vmi"]=="ngdns/vm1" and len(v["hops"])==4 for v in j["vmis"])' /api/v1/dns/traces
+AFTER=$(seq_now)
+ip netns exec $G dig +time=2 +tries=1 @10.96.0.10 back.example.test A > /dev/null || true
+check "VM started again: its queries are counted again from a new series" bash -c \
+  "for _ in \$(seq 30); do curl -sf http://127.0.0.1:$PORT_METRICS/metrics | grep -q 'nodegate_dns_queries_total{namespace=\"ngdns\",result=\"server_error\",vmi=\"vm1\"} 1' && exit 0; sleep 0.3; done; exit 1"
 
 # --- clean exit: nothing left attached -------------------------------------------------------------
 kill -TERM $AGENT; wait $AGENT || true

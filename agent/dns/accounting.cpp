@@ -1,0 +1,286 @@
+#include "dns/accounting.h"
+
+#include <map>
+#include <tuple>
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+
+#include "nodegate/log.h"
+
+namespace nodegate::dns {
+namespace {
+
+GuestDnsState stateOf(Verdict v) {
+  switch (v) {
+    case Verdict::ServerError:
+      return GuestDnsState::ServerError;
+    case Verdict::Unanswered:
+      return GuestDnsState::NoResponse;
+    case Verdict::ServiceTranslationMissing:
+      return GuestDnsState::ServiceTranslationMissing;
+    default:
+      return GuestDnsState::Ok;
+  }
+}
+
+std::string detailOf(const QueryTrace& t) {
+  std::string d = t.qname + " " + qtypeName(t.qtype) + ": ";
+  if (t.verdict == Verdict::ServerError) return d + (t.rcode ? rcodeName(*t.rcode) : "error");
+  if (t.verdict == Verdict::Answered) return d + "answered";
+  d += "no answer, last seen at " + std::string(hopName(t.last_hop));
+  if (t.verdict == Verdict::ServiceTranslationMissing)
+    d += " with the service IP " + t.original_daddr + " untranslated";
+  if (!t.drop_reason.empty())
+    d += ", kernel drop " + t.drop_reason +
+         (t.drop_hop == Hop::Unknown ? " beyond the traced hops"
+                                     : " at " + std::string(hopName(t.drop_hop)));
+  return d;
+}
+
+const prometheus::Histogram::BucketBoundaries kLatencyBuckets{
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+
+}  // namespace
+
+struct Accounting::Metrics {
+  explicit Metrics(prometheus::Registry& r)
+      : queries(prometheus::BuildCounter()
+                    .Name("nodegate_dns_queries_total")
+                    .Help("Guest DNS queries by final result (answered, server_error, unanswered, "
+                          "service_translation_missing)")
+                    .Register(r)),
+        latency(prometheus::BuildHistogram()
+                    .Name("nodegate_dns_hop_latency_seconds")
+                    .Help("Round trip of guest DNS queries as seen at each hop of the path")
+                    .Register(r)),
+        drops(prometheus::BuildCounter()
+                  .Name("nodegate_dns_drops_total")
+                  .Help("Guest DNS queries lost with a kernel drop of one of their packets, by hop "
+                        "and reason")
+                  .Register(r)),
+        lost(prometheus::BuildCounter()
+                 .Name("nodegate_bpf_events_lost_total")
+                 .Help("BPF ring buffer records lost because the buffer was full")
+                 .Register(r)
+                 .Add({})),
+        evictions(prometheus::BuildCounter()
+                      .Name("nodegate_dns_trace_evictions_total")
+                      .Help("Queries the correlation engine dropped to stay within its memory caps")
+                      .Register(r)),
+        attached(prometheus::BuildGauge()
+                     .Name("nodegate_dns_hops_attached")
+                     .Help("Network devices the DNS tracer is attached to")
+                     .Register(r)
+                     .Add({})),
+        limited(prometheus::BuildCounter()
+                    .Name("nodegate_dns_series_limited_total")
+                    .Help("Guest DNS queries a metric family gave no series of their own: its "
+                          "cap was reached (cap) or their VMI had left the node (vmi_gone)")
+                    .Register(r)),
+        queries_capped(limited.Add({{"family", "nodegate_dns_queries_total"}, {"reason", "cap"}})),
+        queries_gone(
+            limited.Add({{"family", "nodegate_dns_queries_total"}, {"reason", "vmi_gone"}})),
+        drops_capped(limited.Add({{"family", "nodegate_dns_drops_total"}, {"reason", "cap"}})) {}
+  prometheus::Family<prometheus::Counter>& queries;
+  prometheus::Family<prometheus::Histogram>& latency;
+  prometheus::Family<prometheus::Counter>& drops;
+  prometheus::Counter& lost;
+  prometheus::Family<prometheus::Counter>& evictions;
+  prometheus::Gauge& attached;
+  prometheus::Family<prometheus::Counter>& limited;
+  prometheus::Counter& queries_capped;
+  prometheus::Counter& queries_gone;
+  prometheus::Counter& drops_capped;
+
+  // prometheus-cpp's Family::Add() builds a new metric on every call (a histogram with all its
+  // buckets) and discards it when the labels exist; per finished query and hop that was the
+  // largest part of accounting. These look each label set up once; removeVmi() drops a VMI's
+  // series and their entries together, so the references held stay valid.
+  prometheus::Histogram& latencyAt(Hop hop) {
+    auto& h = latency_by_hop_[hop];
+    if (h == nullptr) h = &latency.Add({{"hop", std::string(hopName(hop))}}, kLatencyBuckets);
+    return *h;
+  }
+  prometheus::Counter& queriesOf(const std::string& ns, const std::string& name, Verdict v) {
+    auto& c = queries_by_key_[{ns, name, v}];
+    if (c == nullptr)
+      c = &queries.Add({{"namespace", ns}, {"vmi", name}, {"result", std::string(verdictName(v))}});
+    return *c;
+  }
+  void removeVmi(const std::string& ns, const std::string& name) {
+    auto it = queries_by_key_.lower_bound({ns, name, Verdict::InFlight});
+    while (it != queries_by_key_.end() && std::get<0>(it->first) == ns &&
+           std::get<1>(it->first) == name) {
+      queries.Remove(it->second);
+      it = queries_by_key_.erase(it);
+    }
+  }
+  // nullptr: the pair is new and the cap is reached.
+  prometheus::Counter* dropsOf(const std::string& hop, const std::string& reason, std::size_t cap) {
+    auto it = drops_by_key_.find({hop, reason});
+    if (it != drops_by_key_.end()) return it->second;
+    if (drops_by_key_.size() >= cap) return nullptr;
+    auto* c = &drops.Add({{"hop", hop}, {"reason", reason}});
+    drops_by_key_.emplace(std::make_pair(hop, reason), c);
+    return c;
+  }
+  prometheus::Counter& dropsOverflow(const std::string& hop) {
+    auto& c = drops_other_[hop];
+    if (c == nullptr) c = &drops.Add({{"hop", hop}, {"reason", "_other"}});
+    return *c;
+  }
+
+ private:
+  std::map<Hop, prometheus::Histogram*> latency_by_hop_;
+  std::map<std::tuple<std::string, std::string, Verdict>, prometheus::Counter*> queries_by_key_;
+  std::map<std::pair<std::string, std::string>, prometheus::Counter*> drops_by_key_;
+  std::map<std::string, prometheus::Counter*> drops_other_;
+};
+
+namespace {
+
+std::pair<std::string, std::string> splitVmi(const std::string& vmi) {
+  auto slash = vmi.find('/');
+  if (slash == std::string::npos) return {"", vmi};
+  return {vmi.substr(0, slash), vmi.substr(slash + 1)};
+}
+
+}  // namespace
+
+Accounting::Accounting(prometheus::Registry& registry, AccountingLimits limits)
+    : limits_(limits), metrics_(std::make_unique<Metrics>(registry)) {}
+
+Accounting::~Accounting() = default;
+
+std::pair<std::string, std::string> Accounting::vmiLabels(const std::string& vmi) {
+  if (metric_vmis_.count(vmi) || metric_vmis_.size() < limits_.max_vmis) {
+    metric_vmis_.insert(vmi);
+    return splitVmi(vmi);
+  }
+  metrics_->queries_capped.Increment();
+  if (!vmi_cap_logged_) {
+    log::warn("dns metrics: VMI cap reached, further VMIs are counted as _other/_other",
+              {{"cap", std::to_string(limits_.max_vmis)}, {"vmi", vmi}});
+    vmi_cap_logged_ = true;
+  }
+  return {"_other", "_other"};
+}
+
+void Accounting::account(std::vector<QueryTrace> finished, const CorrelatorStats& engine) {
+  auto now = std::chrono::system_clock::now();
+  std::lock_guard lock(mu_);
+  for (auto& t : finished) {
+    for (const auto& s : t.query_path)
+      if (auto l = t.hopLatencyNs(s.hop))
+        metrics_->latencyAt(s.hop).Observe(static_cast<double>(*l) / 1e9);
+    if (!t.drop_reason.empty()) {
+      const std::string hop(hopName(t.drop_hop));
+      if (auto* c = metrics_->dropsOf(hop, t.drop_reason, limits_.max_drop_series)) {
+        c->Increment();
+      } else {
+        metrics_->dropsOverflow(hop).Increment();
+        metrics_->drops_capped.Increment();
+        if (!drop_cap_logged_)
+          log::warn("dns metrics: drop series cap reached, further reasons are counted as _other",
+                    {{"cap", std::to_string(limits_.max_drop_series)},
+                     {"hop", hop},
+                     {"reason", t.drop_reason}});
+        drop_cap_logged_ = true;
+      }
+    }
+    if (!t.vmi.empty() && !present_.count(t.vmi)) {
+      // In flight when its VM left (an unanswered query finishes at the timeout): the VM's
+      // series and window are gone and must not come back for it.
+      metrics_->queries_gone.Increment();
+      continue;
+    }
+    auto [ns, name] = vmiLabels(t.vmi);
+    metrics_->queriesOf(ns, name, t.verdict).Increment();
+    // No VM's hop saw it (the node's own queries at the server's side): no guest to judge.
+    if (t.vmi.empty()) continue;
+    auto& w = per_vmi_[t.vmi];
+    w.entries.push_back({now, t.verdict});
+    while (w.entries.size() > limits_.per_vmi) w.entries.pop_front();
+    w.newest = t.verdict;
+    w.newest_detail = detailOf(t);
+  }
+  if (engine.evicted_in_flight > evicted_in_flight_seen_) {
+    metrics_->evictions.Add({{"kind", "in_flight"}})
+        .Increment(static_cast<double>(engine.evicted_in_flight - evicted_in_flight_seen_));
+    evicted_in_flight_seen_ = engine.evicted_in_flight;
+  }
+  if (engine.evicted_done > evicted_done_seen_) {
+    metrics_->evictions.Add({{"kind", "done"}})
+        .Increment(static_cast<double>(engine.evicted_done - evicted_done_seen_));
+    evicted_done_seen_ = engine.evicted_done;
+  }
+}
+
+void Accounting::eventsLost(std::uint64_t total) {
+  std::lock_guard lock(mu_);
+  if (total <= lost_seen_) return;
+  metrics_->lost.Increment(static_cast<double>(total - lost_seen_));
+  lost_seen_ = total;
+}
+
+void Accounting::hopsAttached(std::size_t n) {
+  metrics_->attached.Set(static_cast<double>(n));
+}
+
+// Called with mu_ held.
+void Accounting::forget(const std::string& vmi) {
+  per_vmi_.erase(vmi);
+  if (metric_vmis_.erase(vmi)) {
+    auto [ns, name] = splitVmi(vmi);
+    metrics_->removeVmi(ns, name);
+    if (metric_vmis_.size() < limits_.max_vmis) vmi_cap_logged_ = false;  // room again
+  }
+}
+
+void Accounting::present(const std::set<std::string>& vmis) {
+  std::lock_guard lock(mu_);
+  present_ = vmis;
+  present_.insert("");  // queries no VM's hop saw (the node's own, at the server side) stay
+  std::vector<std::string> gone;
+  for (const auto& v : metric_vmis_)
+    if (!present_.count(v)) gone.push_back(v);
+  for (const auto& [v, w] : per_vmi_)
+    if (!present_.count(v)) gone.push_back(v);
+  for (const auto& v : gone) forget(v);
+}
+
+Accounting::Summary Accounting::summarize(std::chrono::system_clock::time_point now,
+                                          std::size_t guests, std::size_t attached_hops) {
+  std::lock_guard lock(mu_);
+  Summary out;
+  DnsPathSummary& s = out.summary;
+  s.updated = now;
+  s.guests = guests;
+  s.attached_hops = attached_hops;
+  std::map<std::string, GuestDnsState> states;
+  for (auto it = per_vmi_.begin(); it != per_vmi_.end();) {
+    auto& q = it->second.entries;
+    while (!q.empty() && now - q.front().when > limits_.window) q.pop_front();
+    if (q.empty()) {
+      it = per_vmi_.erase(it);
+      continue;
+    }
+    GuestDnsStatus g;
+    g.vmi = it->first;
+    // The newest verdict is the guest's state: an answer after a failure means it recovered.
+    g.state = stateOf(it->second.newest);
+    g.detail = it->second.newest_detail;
+    for (const auto& e : q) (e.verdict == Verdict::Answered ? g.answered : g.failed)++;
+    s.queries_in_window += g.answered + g.failed;
+    states[g.vmi] = g.state;
+    s.vms.push_back(std::move(g));
+    ++it;
+  }
+  out.changed = states != last_states_;
+  last_states_ = std::move(states);
+  return out;
+}
+
+}  // namespace nodegate::dns

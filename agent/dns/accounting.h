@@ -1,0 +1,106 @@
+// The DNS service's accounting: what finished traces leave behind once the correlation engine
+// (correlator.h) is done with them. Prometheus series (the families below), the per-VMI window
+// the dns-path probe judges from, and the summary published for it (probes/dns_path.h).
+//
+// Metrics (DESIGN.md, docs/metrics.md). Every label set is bounded, and what a cap keeps out is
+// counted in nodegate_dns_series_limited_total and logged once per overflow:
+//   nodegate_dns_queries_total{namespace,vmi,result}  result = verdictName(); at most max_vmis
+//                                                     VMIs (beyond: namespace/vmi "_other"); a
+//                                                     VMI's series go when it leaves the node
+//   nodegate_dns_hop_latency_seconds{hop}             round trip seen at each hop (histogram);
+//                                                     bounded by the hop table
+//   nodegate_dns_drops_total{hop,reason}              queries lost with a kernel drop (hop
+//                                                     "unknown": dropped beyond the traced
+//                                                     devices); at most max_drop_series pairs
+//                                                     (beyond: reason "_other")
+//   nodegate_bpf_events_lost_total                    ring buffer reserve failures
+//   nodegate_dns_trace_evictions_total{kind}          in_flight | done: engine caps reached
+//   nodegate_dns_hops_attached                        devices being traced
+//   nodegate_dns_series_limited_total{family,reason}  queries a family gave no series of their
+//                                                     own: reason "cap" (counted under the
+//                                                     "_other" series) or "vmi_gone" (a query of
+//                                                     a VMI that had left the node finished late;
+//                                                     not counted per VMI)
+//
+// The window holds, per VMI on the node, (time, verdict) of its finished queries and the newest
+// trace's verdict and detail: all the probe's summary reads. Queries of no VMI (seen only at the
+// shared server side) are counted in the metrics but judge no guest.
+//
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <prometheus/registry.h>
+
+#include "dns/correlator.h"
+#include "dns_path.h"
+
+namespace nodegate::dns {
+
+struct AccountingLimits {
+  std::chrono::seconds window{300};  // what the probe's summary covers
+  std::size_t max_vmis = 256;        // VMIs with series of their own; beyond: vmi="_other"
+  std::size_t max_drop_series = 64;  // (hop, reason) pairs; beyond: reason="_other"
+  std::size_t per_vmi = 512;         // finished queries kept per VMI in the window
+};
+
+class Accounting {
+ public:
+  Accounting(prometheus::Registry& registry, AccountingLimits limits);
+  ~Accounting();
+
+  // Counts traces the engine finished (metrics, window); `engine` is its counters after that.
+  void account(std::vector<QueryTrace> finished, const CorrelatorStats& engine);
+  // The tracer's total of ring records lost so far; the counter follows it.
+  void eventsLost(std::uint64_t total);
+  void hopsAttached(std::size_t n);
+  // The VMIs discovery found on the node now ("" = the shared side). A VMI no longer among them
+  // leaves the window (the probe stops judging it) and its series leave /metrics; a query of it
+  // that finishes later is counted as vmi_gone only. Call before the first account().
+  void present(const std::set<std::string>& vmis);
+
+  // The probe's view at `now`, the window trimmed to it; `changed`: some guest's state differs
+  // from the previous summary's.
+  struct Summary {
+    DnsPathSummary summary;
+    bool changed = false;
+  };
+  Summary summarize(std::chrono::system_clock::time_point now, std::size_t guests,
+                    std::size_t attached_hops);
+
+ private:
+  struct Metrics;
+  struct Entry {
+    std::chrono::system_clock::time_point when;
+    Verdict verdict;
+  };
+  struct VmiWindow {
+    std::deque<Entry> entries;  // oldest first, at most limits_.per_vmi
+    Verdict newest = Verdict::InFlight;
+    std::string newest_detail;
+  };
+  // Label values ("namespace", "vmi") for a VMI's queries, "_other" beyond the cap.
+  std::pair<std::string, std::string> vmiLabels(const std::string& vmi);
+  void forget(const std::string& vmi);
+
+  AccountingLimits limits_;
+  std::unique_ptr<Metrics> metrics_;
+  std::mutex mu_;  // everything below
+  std::set<std::string> present_;
+  std::map<std::string, VmiWindow> per_vmi_;  // VMIs with finished queries in the window
+  std::map<std::string, GuestDnsState> last_states_;
+  std::set<std::string> metric_vmis_;  // VMIs with series of their own
+  bool vmi_cap_logged_ = false, drop_cap_logged_ = false;
+  std::uint64_t lost_seen_ = 0, evicted_in_flight_seen_ = 0, evicted_done_seen_ = 0;
+};
+
+}  // namespace nodegate::dns
