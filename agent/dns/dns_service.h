@@ -84,6 +84,8 @@ class DnsService final : public Extension {
     std::chrono::milliseconds periodic{0};  // the periodic rescan's cadence in effect
     std::uint64_t rescans = 0;              // passes run, all causes
     std::uint64_t event_rescans = 0;        // passes an event asked for
+    std::uint64_t full_rescans = 0;         // passes that scanned processes and listed every netns
+    std::uint64_t netns_listed = 0;         // netns whose links were listed, over all passes
   };
   DiscoveryStats discoveryStats() const;
   std::vector<HopDevice> hops() const;  // devices traced now
