@@ -203,9 +203,9 @@ void HopDiscovery::launcherGone(int pid) {
   views_.erase(v);
 }
 
-// The host side of a launcher's eth0 (its veth peer, in a netns that is no launcher's) is in the
-// views: when the host's link event for it has not been read yet, the new launcher's exec is what
-// tells of it.
+// Whether the host side of a launcher's eth0 (its veth peer, in a netns that is no launcher's) is
+// in the views. It is not when the host's link event for that veth has not been read yet: then the
+// new launcher's exec is the first to tell of it.
 bool HopDiscovery::hostSideKnown(std::uint64_t launcher_ino) {
   NetnsView* v = view(launcher_ino);
   if (!v) return true;

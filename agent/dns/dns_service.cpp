@@ -79,14 +79,16 @@ struct DnsService::Impl {
   RescanSchedule schedule;
   std::thread worker;
 
-  // Event sources. launcher_pids: the launchers the last pass found, whose exit means a VM
-  // stopped (read on the proc connector's thread).
+  // Event sources. launcher_pids: the processes whose exit means a VM stopped (read on the proc
+  // connector's thread).
   int kernel_listener = 0;
   std::unique_ptr<NetnsLinkWatch> netns_watch;  // links inside the traced netns (k6t-*, tap*)
   std::unique_ptr<ProcessEvents> proc_events;
   std::string proc_events_off;
   std::mutex pids_mu;
-  std::set<int> launcher_pids;  // and pids that exec'd as one since the last pass
+  // Launchers the passes found and pids that exec'd as one; a pid leaves with its exit, so an exit
+  // that comes before the pass that would have found the process is not missed.
+  std::set<int> launcher_pids;
   // What asked for passes (events, not passes: a pass covers every event since the one before).
   struct Asked {
     std::atomic<std::uint64_t> process{0}, netns_links{0}, host_links{0}, lost{0}, servers{0};
