@@ -3,6 +3,7 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "text.h"
 
@@ -32,6 +33,22 @@ std::string launcherVmiFromCmdline(std::string_view cmdline) {
   return std::string(ns.empty() ? "default" : ns) + "/" + std::string(name);
 }
 
+std::optional<LauncherProcess> readProcess(const HostRoot& host, int pid,
+                                           const std::set<std::string, std::less<>>& comms) {
+  std::string base = std::to_string(pid) + "/";
+  // Processes come and go: a vanished one is simply not there.
+  auto comm = readValue(host.proc(base + "comm"));
+  if (!comm || !comms.count(*comm)) return std::nullopt;
+  LauncherProcess p;
+  p.pid = pid;
+  p.comm = *comm;
+  if (p.comm == "virt-launcher")
+    if (auto cmd = readFile(host.proc(base + "cmdline"), 1u << 16))
+      p.vmi = launcherVmiFromCmdline(*cmd);
+  p.netns_path = host.proc(base + "ns/net");
+  return p;
+}
+
 std::vector<LauncherProcess> findProcesses(const HostRoot& host,
                                            const std::set<std::string, std::less<>>& comms) {
   std::vector<LauncherProcess> out;
@@ -39,19 +56,8 @@ std::vector<LauncherProcess> findProcesses(const HostRoot& host,
   if (!d) return out;
   while (dirent* e = ::readdir(d)) {
     auto pid = parseU64(e->d_name);
-    if (!pid) continue;
-    std::string base = std::string(e->d_name) + "/";
-    // Processes come and go during the scan: a vanished one is simply not there.
-    auto comm = readValue(host.proc(base + "comm"));
-    if (!comm || !comms.count(*comm)) continue;
-    LauncherProcess p;
-    p.pid = static_cast<int>(*pid);
-    p.comm = *comm;
-    if (p.comm == "virt-launcher")
-      if (auto cmd = readFile(host.proc(base + "cmdline"), 1u << 16))
-        p.vmi = launcherVmiFromCmdline(*cmd);
-    p.netns_path = host.proc(base + "ns/net");
-    out.push_back(std::move(p));
+    if (!pid || *pid > static_cast<std::uint64_t>(std::numeric_limits<int>::max())) continue;
+    if (auto p = readProcess(host, static_cast<int>(*pid), comms)) out.push_back(std::move(*p));
   }
   ::closedir(d);
   std::sort(out.begin(), out.end(),

@@ -3,6 +3,7 @@
 // tracer runs in the process (`nodegate check`).
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -26,6 +27,10 @@ std::string launcherVmiFromCmdline(std::string_view cmdline);
 // the kernel's 15-byte name: the launcher's monitor, "virt-launcher-monitor", shows as
 // "virt-launcher-m" and is not one.
 std::vector<LauncherProcess> findProcesses(const HostRoot& host,
+                                           const std::set<std::string, std::less<>>& comms);
+// The one process pid, when its comm is one of `comms` (a process event names one: reading it
+// alone keeps the cost of a VM start independent of how many processes the host runs).
+std::optional<LauncherProcess> readProcess(const HostRoot& host, int pid,
                                            const std::set<std::string, std::less<>>& comms);
 std::vector<LauncherProcess> findVirtLaunchers(const HostRoot& host);
 

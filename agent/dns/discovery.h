@@ -5,15 +5,19 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "dns/hops.h"
+#include "dns/rescan_schedule.h"
 #include "nodegate/host_root.h"
 #include "nodegate/result.h"
 #include "nodegate/seams.h"
+#include "processes.h"
 
 namespace nodegate::dns {
 
@@ -71,6 +75,8 @@ struct DnsServerHints {
   std::set<std::string, std::less<>> process_names{"coredns"};
   std::optional<std::set<std::string>> endpoints;
   std::set<std::string> expected_here;
+
+  bool operator==(const DnsServerHints&) const = default;
 };
 
 // Everything discovery reads from the host: virt-launcher and DNS server processes (via
@@ -83,6 +89,51 @@ struct DiscoveryResult {
   std::size_t dns_servers = 0;     // DNS server netns taken (Server and HostOut hops)
   std::vector<std::string> errors;
 };
+
+// Discovery that keeps what it read: one view per netns (by inode) and the launcher processes in
+// each, so a pass re-reads only what an event named (DiscoveryWork): a launcher's exec lists its
+// netns alone, its exit drops that netns's view, a link event in a netns re-lists that netns, one
+// in the node's own netns re-lists that one. The hops are assigned again from the kept views every
+// time (pure, in memory). A full pass (start, the safety net, lost events, a change it cannot
+// place, new DNS server hints) scans every process and lists every netns, as discoverHops() does.
+// One thread at a time.
+class HopDiscovery {
+ public:
+  HopDiscovery(HostRoot host, std::vector<std::string> extra_netns,
+               std::shared_ptr<Netlink> netlink);
+
+  DiscoveryResult update(const DiscoveryWork& work, const DnsServerHints& servers);
+  DiscoveryResult full(const DnsServerHints& servers);
+
+  std::uint64_t listed() const { return listed_; }  // netns listed so far (listLinks calls)
+  std::uint64_t fullPasses() const { return full_passes_; }
+  const DnsServerHints& hints() const { return hints_; }  // those of the last full pass
+
+ private:
+  NetnsView* view(std::uint64_t ino);
+  std::optional<std::uint64_t> inodeOf(const std::string& path, NetnsRole role);
+  bool wantsAddresses(NetnsRole role) const;
+  NetnsView* addView(std::string path, std::uint64_t ino, NetnsRole role, std::string vmi);
+  NetnsView* take(std::string path, NetnsRole role, std::string vmi);  // stat, dedupe, list
+  void relist(std::uint64_t ino);  // drops a view that can no longer be read
+  // False when the launcher's netns is already known in another role (a full pass decides).
+  bool launcherStarted(const LauncherProcess& p);
+  void launcherGone(int pid);
+  bool hostSideKnown(std::uint64_t launcher_ino);
+  DiscoveryResult result() const;
+
+  HostRoot host_;
+  std::vector<std::string> extra_;
+  std::shared_ptr<Netlink> netlink_;
+  DnsServerHints hints_;                            // the last full pass's
+  std::vector<NetnsView> views_;                    // the agent's own first, in the order found
+  std::map<int, std::uint64_t> pid_netns_;          // virt-launcher pid -> the inode of its netns
+  std::map<std::string, std::string> list_errors_;  // netns path -> why it could not be read
+  std::vector<std::string> scan_errors_;            // the last full pass's (kube-dns endpoints)
+  std::uint64_t listed_ = 0, full_passes_ = 0;
+};
+
+// A full pass of a fresh HopDiscovery on the production netlink (tests, one-shot callers).
 DiscoveryResult discoverHops(const HostRoot& host, const std::vector<std::string>& extra_netns,
                              const DnsServerHints& servers = {});
 

@@ -79,15 +79,24 @@ struct DnsService::Impl {
   RescanSchedule schedule;
   std::thread worker;
 
-  // Event sources. launcher_pids: the launchers the last pass found, whose exit means a VM
-  // stopped (read on the proc connector's thread).
+  // Event sources. launcher_pids: the processes whose exit means a VM stopped (read on the proc
+  // connector's thread).
   int kernel_listener = 0;
   std::unique_ptr<NetnsLinkWatch> netns_watch;  // links inside the traced netns (k6t-*, tap*)
   std::unique_ptr<ProcessEvents> proc_events;
   std::string proc_events_off;
   std::mutex pids_mu;
+  // Launchers the passes found and pids that exec'd as one; a pid leaves with its exit, so an exit
+  // that comes before the pass that would have found the process is not missed.
   std::set<int> launcher_pids;
-  std::atomic<std::uint64_t> rescans{0}, event_rescans{0};
+  // What asked for passes (events, not passes: a pass covers every event since the one before).
+  struct Asked {
+    std::atomic<std::uint64_t> process{0}, netns_links{0}, host_links{0}, lost{0}, servers{0};
+  } asked;
+  std::atomic<std::uint64_t> rescans{0}, event_rescans{0}, full_rescans{0}, netns_listed{0};
+  // The kept views: a pass re-reads what its events named. The worker's (and rescanNow()'s).
+  std::mutex pass_mu;
+  HopDiscovery discovery;
 
   Impl(const HostRoot& h, DnsServiceConfig c, prometheus::Registry& reg,
        std::unique_ptr<DnsTracer> t)
@@ -97,62 +106,76 @@ struct DnsService::Impl {
         accounting(reg, {cfg.window, cfg.max_vmis}),
         attachments(*tracer),
         engine(cfg.limits),
-        schedule(cfg.debounce, cfg.rescan_min_gap, cfg.rescan, std::chrono::steady_clock::now()) {}
+        schedule(cfg.debounce, cfg.rescan_min_gap, cfg.rescan, std::chrono::steady_clock::now()),
+        discovery(host, cfg.extra_netns, makeSysNetlink()) {}
 
-  void poke();
+  void poke(const DiscoveryWork& work, std::atomic<std::uint64_t>& cause);
   void onProcessEvent(const ProcessEvent& ev);
   void startEvents();
   void stopEvents();
   void onEvent(const ng_dns_event& ev);
   DnsServerHints serverHints() const;
-  void rescan();
+  void rescan(const DiscoveryWork& work);
   void tick();
+  void serversChanged();
   bool publish();
   void run();
   TracerFacts facts() const;
 };
 
-// Something changed: rescan soon (debounced).
-void DnsService::Impl::poke() {
+// Something changed: a pass soon (debounced) does `work`.
+void DnsService::Impl::poke(const DiscoveryWork& work, std::atomic<std::uint64_t>& cause) {
+  ++cause;
   {
     std::lock_guard lk(wake_mu);
-    schedule.event(std::chrono::steady_clock::now());
+    schedule.event(std::chrono::steady_clock::now(), work);
   }
   wake.notify_all();
 }
 
+// A launcher's exec, rename or exit names its pid: the pass looks at that process alone. The pid
+// is remembered at once, so an exit that comes before the pass is not missed. A DNS server
+// process's exec names its pid too (discovery answers it with a full pass: endpoints).
 void DnsService::Impl::onProcessEvent(const ProcessEvent& ev) {
-  bool launcher = false;
-  switch (ev.kind) {
-    case ProcessEvent::Kind::Exec:
-      launcher =
-          readValue(host.proc(std::to_string(ev.pid) + "/comm")).valueOr("") == "virt-launcher";
-      break;
-    case ProcessEvent::Kind::Comm: {
-      std::lock_guard lk(pids_mu);
-      launcher = ev.comm == "virt-launcher" || launcher_pids.count(ev.pid);
-      break;
-    }
-    case ProcessEvent::Kind::Exit: {
-      std::lock_guard lk(pids_mu);
-      launcher = launcher_pids.count(ev.pid) != 0;
-      break;
-    }
-    case ProcessEvent::Kind::Lost:
-      launcher = true;  // one of the lost events may have been a launcher's
-      break;
+  DiscoveryWork w;
+  if (ev.kind == ProcessEvent::Kind::Lost) {
+    w.full = true;  // one of the lost events may have been a launcher's
+    poke(w, asked.lost);
+    return;
   }
-  if (launcher) poke();
+  bool launcher = false;
+  if (ev.kind == ProcessEvent::Kind::Exec) {
+    auto comm = readValue(host.proc(std::to_string(ev.pid) + "/comm")).valueOr("");
+    launcher = comm == "virt-launcher";
+    if (!launcher && cfg.server_processes.count(comm)) {
+      w.pids[ev.pid] = false;
+      poke(w, asked.process);
+      return;
+    }
+  } else if (ev.kind == ProcessEvent::Kind::Comm) {
+    launcher = ev.comm == "virt-launcher";
+  }
+  {
+    std::lock_guard lk(pids_mu);
+    bool known = launcher_pids.count(ev.pid) != 0;
+    if (!launcher && !known) return;
+    if (ev.kind == ProcessEvent::Kind::Exit)
+      launcher_pids.erase(ev.pid);
+    else
+      launcher_pids.insert(ev.pid);
+  }
+  w.pids[ev.pid] = ev.kind == ProcessEvent::Kind::Exit;
+  poke(w, asked.process);
 }
 
 // Subscribes to link/netns and process events and picks the periodic cadence they allow.
 void DnsService::Impl::startEvents() {
   bool links = cfg.kernel_events && cfg.kernel_events->watchesLinks();
-  if (links)
-    kernel_listener = cfg.kernel_events->addListener([this](std::uint32_t bits) {
-      if (bits & kTriggerNetLink) poke();
-    });
-  if (auto w = NetnsLinkWatch::start([this] { poke(); }))
+  if (auto w = NetnsLinkWatch::start([this](std::uint64_t ino) {
+        DiscoveryWork work;
+        work.netns.insert(ino);
+        poke(work, asked.netns_links);
+      }))
     netns_watch = std::move(w).value();
   else
     log::warn("dns hop discovery: no link events inside launcher netns",
@@ -166,6 +189,16 @@ void DnsService::Impl::startEvents() {
   } else {
     proc_events_off = pe.error().message;
   }
+  // The node's own links: its host side. Without process events a launcher is found only by
+  // scanning, and a link event on the node is then the sign to scan.
+  if (links)
+    kernel_listener = cfg.kernel_events->addListener([this](std::uint32_t bits) {
+      if (!(bits & kTriggerNetLink)) return;
+      DiscoveryWork work;
+      work.host = true;
+      work.full = proc_events == nullptr;
+      poke(work, asked.host_links);
+    });
   auto periodic = links && proc_events && netns_watch ? cfg.rescan_with_events : cfg.rescan;
   {
     std::lock_guard lk(wake_mu);
@@ -213,13 +246,17 @@ DnsServerHints DnsService::Impl::serverHints() const {
   return h;
 }
 
-// One pass: discover, make the attachments match, tell the engine and the accounting.
-void DnsService::Impl::rescan() {
+// One pass: discover what `work` names, make the attachments match, tell the engine and the
+// accounting.
+void DnsService::Impl::rescan(const DiscoveryWork& work) {
+  std::lock_guard pass(pass_mu);
   ++rescans;
-  DiscoveryResult found = discoverHops(host, cfg.extra_netns, serverHints());
+  DiscoveryResult found = discovery.update(work, serverHints());
+  full_rescans = discovery.fullPasses();
+  netns_listed = discovery.listed();
   {
     std::lock_guard lk(pids_mu);
-    launcher_pids = {found.launcher_pids.begin(), found.launcher_pids.end()};
+    launcher_pids.insert(found.launcher_pids.begin(), found.launcher_pids.end());
   }
   attachments.apply(found.devices);
   launchers = found.launchers;
@@ -269,6 +306,17 @@ void DnsService::Impl::tick() {
   accounting.account(std::move(finished), engine_stats);
   accounting.eventsLost(tracer->stats().events_lost);
   if (publish() && cfg.trigger) cfg.trigger(kTriggerDns);
+  serversChanged();
+}
+
+// The kube-dns endpoints from the API decide which DNS server netns count, and they come (and
+// change) without any kernel event: a full pass re-reads the servers when they differ from the
+// last pass's. Skipped while a pass runs (rescanNow() from another thread); the next tick looks.
+void DnsService::Impl::serversChanged() {
+  std::unique_lock pass(pass_mu, std::try_to_lock);
+  if (!pass.owns_lock() || serverHints() == discovery.hints()) return;
+  pass.unlock();
+  poke(DiscoveryWork::everything(), asked.servers);
 }
 
 void DnsService::Impl::run() {
@@ -279,9 +327,9 @@ void DnsService::Impl::run() {
     auto now = Clock::now();
     if (schedule.due(now)) {
       if (schedule.eventDue(now)) ++event_rescans;
-      schedule.begin(now);
+      DiscoveryWork work = schedule.begin(now);
       lk.unlock();
-      rescan();
+      rescan(work);
       lk.lock();
     } else if (now >= next_tick) {
       next_tick = now + cfg.tick;
@@ -303,6 +351,13 @@ TracerFacts DnsService::Impl::facts() const {
   f.process_events = proc_events != nullptr;
   f.rescans = rescans;
   f.event_rescans = event_rescans;
+  f.full_rescans = full_rescans;
+  f.netns_listed = netns_listed;
+  f.asked_by = {{"process", asked.process},
+                {"netns_links", asked.netns_links},
+                {"host_links", asked.host_links},
+                {"lost", asked.lost},
+                {"dns_servers", asked.servers}};
   return f;
 }
 
@@ -318,7 +373,7 @@ Result<std::unique_ptr<DnsService>> DnsService::start(const HostRoot& host, DnsS
     return r.error();
   // Listening first, so a VM that starts during the first pass is not missed until the next.
   p->startEvents();
-  p->rescan();
+  p->rescan(DiscoveryWork::everything());
   p->publish();
   p->worker = std::thread([p] { p->run(); });
   return std::unique_ptr<DnsService>(new DnsService(std::move(impl)));
@@ -340,7 +395,7 @@ DnsService::~DnsService() {
 }
 
 void DnsService::rescanNow() {
-  impl_->rescan();
+  impl_->rescan(DiscoveryWork::everything());
 }
 
 DnsService::DiscoveryStats DnsService::discoveryStats() const {
@@ -354,6 +409,8 @@ DnsService::DiscoveryStats DnsService::discoveryStats() const {
   }
   s.rescans = impl_->rescans;
   s.event_rescans = impl_->event_rescans;
+  s.full_rescans = impl_->full_rescans;
+  s.netns_listed = impl_->netns_listed;
   return s;
 }
 

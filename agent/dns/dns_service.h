@@ -1,8 +1,9 @@
 // DnsService: the agent's guest DNS tracer. Discovers the hops of every guest's DNS path
 // (discovery.h), attaches the BPF tracer (bpf/dns_tracer.h) there and follows VMs as they come
-// and go (a debounced rescan on link and netns events from the agent's rtnetlink source and on
-// virt-launcher exec/exit from the proc connector; a periodic rescan as the safety net, slow when
-// those events work, fast when they do not), correlates events into per-query traces
+// and go (a debounced pass on link events from the agent's rtnetlink source and from inside every
+// traced netns, and on virt-launcher exec/exit from the proc connector, re-reading only what the
+// events name; a periodic full pass as the safety net, slow when those events work, fast when
+// they do not), correlates events into per-query traces
 // (correlator.h), and publishes them: metrics, /api/v1/dns/traces, the status page's DNS section,
 // and the summary the dns-path probe reads (probes/dns_path.h) on the board the composition root
 // hands it. One worker thread; the tracer's poll thread only feeds the engine.
@@ -84,6 +85,8 @@ class DnsService final : public Extension {
     std::chrono::milliseconds periodic{0};  // the periodic rescan's cadence in effect
     std::uint64_t rescans = 0;              // passes run, all causes
     std::uint64_t event_rescans = 0;        // passes an event asked for
+    std::uint64_t full_rescans = 0;         // passes that scanned processes and listed every netns
+    std::uint64_t netns_listed = 0;         // netns whose links were listed, over all passes
   };
   DiscoveryStats discoveryStats() const;
   std::vector<HopDevice> hops() const;  // devices traced now

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,9 @@ struct TracerFacts {
   TracerStats tracer;
   bool drops_available = false;
   bool link_events = false, process_events = false;
-  std::uint64_t rescans = 0, event_rescans = 0;
+  std::uint64_t rescans = 0, event_rescans = 0, full_rescans = 0, netns_listed = 0;
+  // What asked for passes, by kind of event (a pass covers every event since the one before).
+  std::map<std::string, std::uint64_t> asked_by;
 };
 
 // Shape: {tracer, in_flight, stats, discovery, vmis: [{vmi, hops: [{hop, number, device, netns,

@@ -66,21 +66,44 @@ struct NetnsLinkWatch::Impl {
     }
   }
 
-  // True when the socket held a link add/remove (or overflowed: changes were lost).
-  static bool drain(int s) {
+  // True when the socket held a link add/remove (or overflowed: changes were lost). Each message
+  // is logged at debug level, so what asked for a pass can be told afterwards.
+  static bool drain(int s, std::uint64_t key) {
     bool changed = false;
     alignas(nlmsghdr) char buf[8192];
     for (;;) {
       ssize_t n = ::recv(s, buf, sizeof buf, MSG_DONTWAIT);
-      if (n < 0) return changed || errno == ENOBUFS;
+      if (n < 0) {
+        if (errno == ENOBUFS)
+          log::debug("netns link events lost", {{"netns", std::to_string(key)}});
+        return changed || errno == ENOBUFS;
+      }
       for (auto* h = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(h, static_cast<unsigned>(n));
-           h = NLMSG_NEXT(h, n))
-        changed |= h->nlmsg_type == RTM_NEWLINK || h->nlmsg_type == RTM_DELLINK;
+           h = NLMSG_NEXT(h, n)) {
+        if (h->nlmsg_type != RTM_NEWLINK && h->nlmsg_type != RTM_DELLINK) continue;
+        const auto* ifi = h->nlmsg_len >= NLMSG_LENGTH(sizeof(ifinfomsg))
+                              ? static_cast<const ifinfomsg*>(NLMSG_DATA(h))
+                              : nullptr;
+        // A bridge's report on one of its ports (AF_BRIDGE): port state, which the bridge sends
+        // again when the port's forward-delay timer expires, 15 s after the port came up, STP or
+        // not; a launcher's k6t-eth0 does it for tap0 after every VM start. Which links exist,
+        // their names, masters and peers come with the link's own (AF_UNSPEC) messages.
+        if (ifi && ifi->ifi_family == AF_BRIDGE) continue;
+        changed = true;
+        if (!ifi) continue;
+        log::debug("netns link event",
+                   {{"netns", std::to_string(key)},
+                    {"message", h->nlmsg_type == RTM_NEWLINK ? "newlink" : "dellink"},
+                    {"ifindex", std::to_string(ifi->ifi_index)},
+                    {"flags", std::to_string(ifi->ifi_flags)},
+                    {"change", std::to_string(ifi->ifi_change)}});
+      }
     }
   }
 
   void loop() {
     std::vector<pollfd> fds;
+    std::vector<std::uint64_t> keys;  // keys[i] is the netns of fds[i + 1]
     for (;;) {
       {
         std::lock_guard lock(mu);
@@ -88,7 +111,11 @@ struct NetnsLinkWatch::Impl {
         to_close.clear();
         if (stopping) return;
         fds.assign(1, {wake_fd, POLLIN, 0});
-        for (const auto& [k, s] : sockets) fds.push_back({s, POLLIN, 0});
+        keys.clear();
+        for (const auto& [k, s] : sockets) {
+          fds.push_back({s, POLLIN, 0});
+          keys.push_back(k);
+        }
       }
       if (::poll(fds.data(), fds.size(), -1) < 0) {
         if (errno == EINTR) continue;
@@ -101,10 +128,8 @@ struct NetnsLinkWatch::Impl {
           // Non-blocking and already drained by an earlier wakeup: nothing to do.
         }
       }
-      bool changed = false;
       for (std::size_t i = 1; i < fds.size(); ++i)
-        if (fds[i].revents) changed |= drain(fds[i].fd);
-      if (changed) sink();
+        if (fds[i].revents && drain(fds[i].fd, keys[i - 1])) sink(keys[i - 1]);
     }
   }
 

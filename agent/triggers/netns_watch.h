@@ -16,7 +16,9 @@ namespace nodegate::dns {
 
 class NetnsLinkWatch {
  public:
-  using Sink = std::function<void()>;  // some link changed in a watched netns (or events lost)
+  // A link changed (or link events were lost) in the netns watched under `key`: the caller re-reads
+  // that netns alone.
+  using Sink = std::function<void(std::uint64_t key)>;
 
   static Result<std::unique_ptr<NetnsLinkWatch>> start(Sink sink);
   ~NetnsLinkWatch();  // closes every socket and joins the thread

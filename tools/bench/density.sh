@@ -94,7 +94,7 @@ start_agent() {
   echo '{}' > $TMP/empty.json
   "$NODEGATE" agent --kube none --listen 127.0.0.1:$PORT_METRICS --debug-listen 127.0.0.1:$PORT_DEBUG \
     --dns-trace on --dns-netns /run/netns/$H --dns-netns /run/netns/$D --config $TMP/empty.json \
-    --log-level warn > $TMP/agent.log 2>&1 &
+    --log-level ${AGENT_LOG_LEVEL:-warn} > $TMP/agent.log 2>&1 &
   AGENT=$!
   PIDS+=($AGENT)
 }
@@ -144,11 +144,11 @@ measure_size() {
   log "n=$n: traced after $up s"
   sleep 5
   local m_idle; m_idle=$(meter mem $AGENT)
-  local idle="0 0 0" rescans0=0 rescans1=0
+  local idle="0 0 0" disc0=null disc1=null
   if [ "$IDLE_SECS" != 0 ]; then
-    rescans0=$(jget "$(meter discovery)" rescans)
+    disc0=$(meter discovery)
     idle=$(cpu_window $IDLE_SECS)
-    rescans1=$(jget "$(meter discovery)" rescans)
+    disc1=$(meter discovery)
   fi
   local cycle="0 0 0"
   if [ "$CYCLE_SIGHUPS" != 0 ]; then
@@ -159,7 +159,7 @@ measure_size() {
   local bpf_j; bpf_j=$(meter bpf $AGENT)
   local filt; filt=$(meter filters $AGENT ngdns-)
   local procs; procs=$(meter procs)
-  record "{\"kind\":\"size\",\"n\":$n,\"traced_s\":$up,\"mem\":$m_idle,\"idle\":\"$idle\",\"rescans\":$((rescans1 - rescans0)),\"cycle\":\"$cycle\",\"sighups\":$CYCLE_SIGHUPS,\"dnspath_s\":$dnspath,\"check_s\":$check_s,\"bpf\":$bpf_j,\"filters\":$filt,\"procs\":$procs}"
+  record "{\"kind\":\"size\",\"n\":$n,\"traced_s\":$up,\"mem\":$m_idle,\"idle\":\"$idle\",\"disc0\":$disc0,\"disc1\":$disc1,\"cycle\":\"$cycle\",\"sighups\":$CYCLE_SIGHUPS,\"dnspath_s\":$dnspath,\"check_s\":$check_s,\"bpf\":$bpf_j,\"filters\":$filt,\"procs\":$procs}"
   expect "$n VMs: the agent's filters are 2 per traced device ($((8 * n + 4)))" \
     test "$(jget "$filt" filters)" = $((8 * n + 4))
   # DNS load over every guest at once.
@@ -214,7 +214,7 @@ measure_latency() {
   local n=$1 i=$(($1 + 1)) k
   replica_names $i
   local c0; c0=$(meter cpu $AGENT)
-  local r0; r0=$(jget "$(meter discovery)" rescans)
+  local d0; d0=$(meter discovery)
   for ((k = 0; k < LATENCY_REPEATS; k++)); do
     replica_up $i
     local t0=$EPOCHREALTIME
@@ -232,8 +232,8 @@ measure_latency() {
       test "$attach" != -1 -a "$detach" != -1 -a "$gone" != -1 -a "$(jget "$rest" filters)" = 0
   done
   local c1; c1=$(meter cpu $AGENT)
-  local r1; r1=$(jget "$(meter discovery)" rescans)
-  record "{\"kind\":\"latency_cost\",\"n\":$n,\"cpu_s\":$(python3 -c "print(round($(jget "$c1" cpu_s) - $(jget "$c0" cpu_s), 3))"),\"rescans\":$((r1 - r0))}"
+  local d1; d1=$(meter discovery)
+  record "{\"kind\":\"latency_cost\",\"n\":$n,\"cpu_s\":$(python3 -c "print(round($(jget "$c1" cpu_s) - $(jget "$c0" cpu_s), 3))"),\"disc0\":$d0,\"disc1\":$d1}"
 }
 
 # measure_cycles N: CYCLES create/destroy cycles beside N traced VMs.

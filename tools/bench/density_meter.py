@@ -10,7 +10,8 @@ warm. Everything it reads is the kernel's or the agent's own account:
                        hops, the shared (server-side) hops, all hops
   wait_hops N SECS     until exactly N VMIs are traced, each with 4 hops, and the shared side
                        with 2; seconds or -1
-  discovery            the agent's hop discovery counters (rescans, event_rescans)
+  discovery            the agent's hop discovery counters (rescans, event_rescans, full_rescans,
+                       netns_listed, asked_by)
   wait_vmi VMI K SECS T0
                        until VMI has K hops (0: none left); milliseconds since T0 (epoch
                        seconds, bash's EPOCHREALTIME) or -1

@@ -24,6 +24,23 @@ def window(text):
     return float(c), int(s), float(w)
 
 
+def disc(rec):
+    """Discovery counters over a window: passes, full ones, netns listed, and what asked for them
+    (rescans alone for records of agents that kept no more)."""
+    a, b = rec.get("disc0"), rec.get("disc1")
+    if not a or not b:
+        return {"rescans": rec.get("rescans")}
+    d = {k: b[k] - a[k] for k in ("rescans", "event_rescans", "full_rescans", "netns_listed")
+         if k in b}
+    d["asked_by"] = {k: b["asked_by"][k] - a["asked_by"][k] for k in b.get("asked_by", {})}
+    return d
+
+
+def asked(d):
+    by = d.get("asked_by") or {}
+    return ", ".join(f"{k} {v}" for k, v in by.items() if v) or ("none" if by else None)
+
+
 def pct(cpu_s, wall_s):
     return 100 * cpu_s / wall_s if wall_s else None
 
@@ -64,13 +81,15 @@ for s in sizes:
     body.append([s["n"], s["procs"], s["traced_s"], m["rss_kib"], m["uss_kib"], marginal,
                  m["threads"], m["fds"], m["netns_fds"], s["filters"]["filters"],
                  b["prog_memlock"] // 1024, b["map_memlock"] // 1024,
-                 pct(cpu_s, wall) if wall else None, switches / wall if wall else None,
-                 s["rescans"]])
+                 pct(cpu_s, wall) if wall else None, switches / wall if wall else None]
+                + [disc(s).get(k) for k in ("rescans", "full_rescans", "netns_listed")]
+                + [asked(disc(s))])
 print("### At idle, tracer on\n")
 print(table(["VMs", "processes", "all traced after (s)", "RSS KiB", "USS KiB",
              f"RSS KiB per VM beyond {base['n']}", "threads", "fds", "netns fds", "tc filters",
              "BPF prog memlock KiB", "BPF map memlock KiB", "idle CPU % of a core",
-             "wakeups/s", "rescans in the idle window"], body))
+             "wakeups/s", "rescans in the idle window", "of them full", "netns listed",
+             "events that asked"], body))
 
 after = {a["n"]: a for a in kind("after_load")}
 if after:
@@ -131,11 +150,14 @@ if lat:
             row += [statistics.median(v) if v else None, max(v) if v else None]
         row.append(sum(r["left"]["filters"] for r in at))
         c = cost.get(n)
-        row.append(1000 * c["cpu_s"] / c["rescans"] if c and c["rescans"] else None)
+        d = disc(c) if c else {}
+        row.append(1000 * c["cpu_s"] / d["rescans"] if d.get("rescans") else None)
+        row += [d.get("rescans"), d.get("full_rescans"), d.get("netns_listed")]
         body.append(row)
     print(table(["VMs traced", "times", "exec → 4 hops traced: median ms", "max ms",
                  "exit → untraced: median ms", "max ms", "netns deleted → host veth gone: median ms",
-                 "max ms", "filters left", "agent CPU ms per rescan"], body))
+                 "max ms", "filters left", "agent CPU ms per rescan", "rescans", "of them full",
+                 "netns listed"], body))
 
 cyc = one("cycles")
 if cyc:

@@ -13,9 +13,13 @@
 // the initial pid namespace. NGN_DNS_STARTS (default 3) sets how many VM starts the latency tests
 // measure (tools/bench/dns_discovery_latency.sh runs 20).
 #include <fcntl.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,6 +43,7 @@
 #include "dns/dns_service.h"
 #include "dns_tracer.h"
 #include "triggers/kernel_events.h"
+#include "triggers/netns_watch.h"
 #include "triggers/proc_events.h"
 
 namespace nodegate::dns {
@@ -396,6 +401,88 @@ TEST_F(VmEvents, ABurstOfTwentyLinkEventsIsDebounced) {
     EXPECT_LE(passes, 3u);
   }
   host_links_.clear();
+}
+
+// The per-netns watch names the netns a link changed in (a pass re-lists that one alone), and
+// leaves out a bridge's reports on its ports: with STP off a port still sends one when its
+// forward-delay timer expires after it came up (15 s by default, 1.5 s here), which told the
+// agent to re-read every launcher netns 15 s after its VM started. A socket of the test's own in
+// the netns proves that report was sent.
+TEST(NetnsLinkWatch, NamesTheNetnsAndIgnoresABridgesPortReports) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for a netns";
+  const std::string ns = "ngnw" + std::to_string(::getpid() % 100000);
+  ASSERT_EQ(sh("ip netns add " + ns), 0);
+  struct Cleanup {
+    std::string ns;
+    ~Cleanup() { sh("ip netns del " + ns); }
+  } cleanup{ns};
+  int nsfd = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(nsfd, 0);
+  int own = -1;
+  std::thread([&] {
+    if (::setns(nsfd, CLONE_NEWNET) != 0) return;
+    own = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE);
+    sockaddr_nl addr{};
+    addr.nl_family = AF_NETLINK;
+    addr.nl_groups = RTMGRP_LINK;
+    if (own >= 0 && ::bind(own, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(own);
+      own = -1;
+    }
+  }).join();
+  ASSERT_GE(own, 0);
+  std::mutex mu;
+  std::vector<std::pair<Clock::time_point, std::uint64_t>> heard;
+  auto watch = NetnsLinkWatch::start([&](std::uint64_t key) {
+    std::lock_guard lk(mu);
+    heard.emplace_back(Clock::now(), key);
+  });
+  ASSERT_TRUE(watch.ok()) << watch.error().message;
+  ASSERT_TRUE(watch.value()->add(77, nsfd).ok());
+  ::close(nsfd);
+  const std::string L = "ip -n " + ns + " ";
+  ASSERT_EQ(sh(L + "link add br0 type bridge forward_delay 150"), 0);
+  ASSERT_EQ(sh(L + "link add d0 type veth peer name d1"), 0);
+  ASSERT_EQ(sh(L + "link set d1 up"), 0);
+  ASSERT_EQ(sh(L + "link set d0 master br0"), 0);
+  ASSERT_EQ(sh(L + "link set br0 up"), 0);
+  ASSERT_EQ(sh(L + "link set d0 up"), 0);
+  auto up = Clock::now();
+  ASSERT_GE(waitFor(
+                [&] {
+                  std::lock_guard lk(mu);
+                  return !heard.empty();
+                },
+                2s),
+            0)
+      << "no link event heard from the watched netns";
+  {
+    std::lock_guard lk(mu);
+    for (const auto& [t, key] : heard) EXPECT_EQ(key, 77u);
+  }
+  // The port's forward-delay report, as the kernel sends it to every listener.
+  auto bridgeReports = [&] {
+    int n_reports = 0;
+    alignas(nlmsghdr) char buf[8192];
+    ssize_t n;
+    while ((n = ::recv(own, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+      for (auto* h = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(h, static_cast<unsigned>(n));
+           h = NLMSG_NEXT(h, n))
+        n_reports += h->nlmsg_type == RTM_NEWLINK &&
+                     static_cast<const ifinfomsg*>(NLMSG_DATA(h))->ifi_family == AF_BRIDGE;
+    return n_reports;
+  };
+  std::this_thread::sleep_for(300ms);
+  bridgeReports();  // those of the enslaving and the port coming up
+  auto quiet = Clock::now();
+  ASSERT_LT(quiet - up, 1200ms) << "too slow to tell the delayed report from the first ones";
+  ASSERT_GE(waitFor([&] { return bridgeReports() > 0; }, 3s), 0)
+      << "the bridge sent no port report after its forward delay";
+  std::this_thread::sleep_for(100ms);  // the watch's thread has read it too
+  std::lock_guard lk(mu);
+  for (const auto& [t, key] : heard)
+    EXPECT_LT(t, quiet) << "a pass was asked for by the bridge's port report";
+  ::close(own);
 }
 
 // The proc connector itself: exec and exit of a process it did not start.

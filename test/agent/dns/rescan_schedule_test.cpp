@@ -96,5 +96,72 @@ TEST(RescanSchedule, ANewPeriodCountsFromWhenItIsSet) {
   EXPECT_TRUE(l.due(t0 + 10ms + 30s));
 }
 
+DiscoveryWork netnsChanged(std::uint64_t ino) {
+  DiscoveryWork w;
+  w.netns.insert(ino);
+  return w;
+}
+
+// A targeted pass (one netns, one process) costs what changed: it waits for the debounce only,
+// not for the gap that bounds full passes, and does not stand in for the safety net.
+TEST(RescanSchedule, ATargetedPassWaitsForTheDebounceAlone) {
+  auto t0 = Clock::now();
+  RescanSchedule s(50ms, 250ms, 30s, t0);
+  s.event(t0);  // a full one
+  s.begin(t0 + 50ms);
+  s.event(t0 + 60ms, netnsChanged(7));
+  EXPECT_FALSE(s.due(t0 + 109ms));
+  EXPECT_TRUE(s.eventDue(t0 + 110ms));
+  auto w = s.begin(t0 + 110ms);
+  EXPECT_FALSE(w.full);
+  EXPECT_EQ(w.netns, std::set<std::uint64_t>{7});
+  EXPECT_EQ(s.next(), t0 + 50ms + 30s);  // the safety net still counts from the full pass
+}
+
+TEST(RescanSchedule, APassTakesEveryEventSinceTheLastAndTheLaterOneWinsForAPid) {
+  auto t0 = Clock::now();
+  RescanSchedule s(50ms, 250ms, 30s, t0);
+  DiscoveryWork exec, exit_, host;
+  exec.pids[42] = false;
+  exit_.pids[42] = true;
+  host.host = true;
+  s.event(t0, exit_);
+  s.event(t0 + 10ms, exec);  // pid 42 reused
+  s.event(t0 + 20ms, netnsChanged(9));
+  s.event(t0 + 30ms, host);
+  s.event(t0 + 40ms, DiscoveryWork{});  // names nothing: no pass for it
+  ASSERT_TRUE(s.eventDue(t0 + 50ms));
+  auto w = s.begin(t0 + 50ms);
+  EXPECT_FALSE(w.full);
+  EXPECT_TRUE(w.host);
+  EXPECT_EQ(w.pids, (std::map<int, bool>{{42, false}}));
+  EXPECT_EQ(w.netns, std::set<std::uint64_t>{9});
+  EXPECT_FALSE(s.due(t0 + 10s));
+  EXPECT_TRUE(s.begin(t0 + 10s).empty());
+}
+
+TEST(RescanSchedule, TheSafetyNetIsAFullPassAndAbsorbsWhatIsPending) {
+  auto t0 = Clock::now();
+  RescanSchedule s(50ms, 250ms, 30s, t0);
+  s.event(t0 + 30s - 10ms, netnsChanged(3));
+  ASSERT_TRUE(s.due(t0 + 30s));
+  auto w = s.begin(t0 + 30s);
+  EXPECT_TRUE(w.full);
+  EXPECT_FALSE(s.due(t0 + 31s));  // the targeted work went with it
+  EXPECT_EQ(s.next(), t0 + 60s);
+}
+
+TEST(RescanSchedule, ATargetedPassThatTurnsFullWaitsForTheGap) {
+  auto t0 = Clock::now();
+  RescanSchedule s(50ms, 250ms, 30s, t0);
+  s.event(t0);
+  s.begin(t0 + 50ms);
+  s.event(t0 + 60ms, netnsChanged(1));
+  s.event(t0 + 70ms);  // lost events: a full pass
+  EXPECT_FALSE(s.due(t0 + 299ms));
+  ASSERT_TRUE(s.eventDue(t0 + 300ms));
+  EXPECT_TRUE(s.begin(t0 + 300ms).full);
+}
+
 }  // namespace
 }  // namespace nodegate::dns
