@@ -44,8 +44,13 @@ using DeviceKey =
 GuestDnsState stateOf(Verdict v) {
   switch (v) {
     case Verdict::ServerError:
+    case Verdict::Refused:
+    case Verdict::SlowFailover:  // answered, but every lookup waits for the silent server first
       return GuestDnsState::ServerError;
     case Verdict::Unanswered:
+    case Verdict::Unreachable:
+    case Verdict::ConnectionRefused:
+    case Verdict::TruncatedTcpFailed:
       return GuestDnsState::NoResponse;
     case Verdict::ServiceTranslationMissing:
       return GuestDnsState::ServiceTranslationMissing;
@@ -55,25 +60,15 @@ GuestDnsState stateOf(Verdict v) {
 }
 
 std::string detailOf(const QueryTrace& t) {
-  std::string d = t.qname + " " + qtypeName(t.qtype) + ": ";
-  if (t.verdict == Verdict::ServerError) return d + (t.rcode ? rcodeName(*t.rcode) : "error");
-  if (t.verdict == Verdict::Answered) return d + "answered";
-  d += "no answer, last seen at " + std::string(hopName(t.last_hop));
-  if (t.verdict == Verdict::ServiceTranslationMissing)
-    d += " with the service IP " + t.original_daddr + " untranslated";
-  if (!t.drop_reason.empty())
-    d += ", kernel drop " + t.drop_reason +
-         (t.drop_hop == Hop::Unknown ? " beyond the traced hops"
-                                     : " at " + std::string(hopName(t.drop_hop)));
-  return d;
+  return t.qname + " " + qtypeName(t.qtype) + ": " + verdictDetail(t);
 }
 
 struct Metrics {
   explicit Metrics(prometheus::Registry& r)
       : queries(prometheus::BuildCounter()
                     .Name("nodegate_dns_queries_total")
-                    .Help("Guest DNS queries by final result (answered, server_error, unanswered, "
-                          "service_translation_missing)")
+                    .Help("Guest DNS queries by final result (the tracer's verdict names, "
+                          "docs/metrics.md)")
                     .Register(r)),
         latency(prometheus::BuildHistogram()
                     .Name("nodegate_dns_hop_latency_seconds")
@@ -257,7 +252,9 @@ struct DnsService::Impl {
   }
 
   void onEvent(const ng_dns_event& ev) {
-    if (ev.flags & NG_F_PARSE_ERR) return;  // port 53 but not DNS: nothing to correlate
+    // Port 53 but not DNS: nothing to correlate (an ICMP error's quote may be cut mid-question: it
+    // is still matched by its ports).
+    if ((ev.flags & NG_F_PARSE_ERR) && !(ev.flags & NG_F_ICMP)) return;
     Observation o;
     o.ts_ns = ev.ts_ns;
     o.egress = ev.dir == NG_DIR_EGRESS;
@@ -274,6 +271,13 @@ struct DnsService::Impl {
     o.qtype = ev.qtype;
     o.rcode = ev.rcode;
     o.qname.assign(ev.qname, strnlen(ev.qname, sizeof ev.qname));
+    o.no_answers = ev.flags & NG_F_NOANS;
+    o.icmp = ev.flags & NG_F_ICMP;
+    o.icmp_code = o.icmp ? ev.rcode : 0;
+    o.syn = ev.flags & NG_F_SYN;
+    o.rst = ev.flags & NG_F_RST;
+    o.ack = ev.flags & NG_F_ACK;
+    o.tcp_seq = ev.tcp_seq;
     if (o.drop) o.drop_reason = tracer->dropReasonName(ev.drop_reason);
     o.hop = hopFromNumber(ev.hop);
     std::lock_guard lock(mu);
@@ -348,7 +352,7 @@ struct DnsService::Impl {
       const QueryTrace& newest = q.back().second;
       g.state = stateOf(newest.verdict);
       g.detail = detailOf(newest);
-      for (const auto& [when, t] : q) (t.verdict == Verdict::Answered ? g.answered : g.failed)++;
+      for (const auto& [when, t] : q) (serverAnswered(t.verdict) ? g.answered : g.failed)++;
       s.queries_in_window += g.answered + g.failed;
       states[g.vmi] = g.state;
       s.vms.push_back(std::move(g));
