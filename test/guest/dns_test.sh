@@ -35,7 +35,7 @@ expect_trace "'web' asked as web.ngdns.svc.cluster.local and answered" \
   web.ngdns.svc.cluster.local A udp answered 't["rcode"] == "NOERROR"'
 in_guest 'getent ahostsv4 kube-dns.kube-system'
 expect_trace "one dot: asked as is first, then through the search list (NXDOMAIN in the namespace)" \
-  kube-dns.kube-system.ngdns.svc.cluster.local A udp answered 't["rcode"] == "NXDOMAIN"'
+  kube-dns.kube-system.ngdns.svc.cluster.local A udp not_found 't["rcode"] == "NXDOMAIN"'
 expect_trace "... and answered under svc.cluster.local" \
   kube-dns.kube-system.svc.cluster.local A udp answered 't["rcode"] == "NOERROR"'
 end_scenario
