@@ -264,11 +264,12 @@ void Correlator::observeResponse(const Observation& o) {
   t->response_path.push_back(toSighting(o));
   t->last_ns = std::max(t->last_ns, o.ts_ns);
   t->rcode = o.rcode;
-  t->no_answers = o.no_answers;
+  // A truncated answer often carries no records at all (they did not fit): that is not NODATA.
+  t->no_answers = o.no_answers && !o.truncated;
   t->truncated = t->truncated || o.truncated;
   // The answer reached the first hop the query was seen at: nothing further will happen to it.
   if (o.hop <= lowestHop(t->query_path))
-    finish(t->seq, answerVerdict(o.rcode, o.no_answers), o.ts_ns);
+    finish(t->seq, answerVerdict(o.rcode, t->no_answers), o.ts_ns);
 }
 
 // An ICMP error is matched to its query by the quoted DNS header where the quote has one, by the
@@ -297,7 +298,8 @@ void Correlator::observeIcmp(const Observation& o) {
     t->icmp_hop = o.hop;
   }
   t->last_ns = std::max(t->last_ns, o.ts_ns);
-  if (o.hop <= lowestHop(t->query_path)) finish(t->seq, Verdict::Unreachable, o.ts_ns);
+  // Back at the guest: classified now (Unreachable, unless the query left untranslated).
+  if (o.hop <= lowestHop(t->query_path)) finish(t->seq, Verdict::InFlight, o.ts_ns);
 }
 
 // SYN, SYN+ACK and RST of TCP connections to port 53. A client's SYN opens a connect_only trace
@@ -555,10 +557,6 @@ void Correlator::classifyUnanswered(QueryTrace& t) const {
     t.verdict = Verdict::ConnectionRefused;
     return;
   }
-  if (t.icmp_code) {
-    t.verdict = Verdict::Unreachable;
-    return;
-  }
   if (!t.response_path.empty() && !t.connect_only) {
     t.verdict = answerVerdict(t.rcode.value_or(0), t.no_answers);
     return;
@@ -580,9 +578,11 @@ void Correlator::classifyUnanswered(QueryTrace& t) const {
   }
   if (reached_host && !translated && beyond_host_traced_) untranslated_evidence = true;
   if (server_addrs_.count(t.original_daddr)) untranslated_evidence = false;
-  t.verdict = reached_host && !translated && untranslated_evidence
-                  ? Verdict::ServiceTranslationMissing
-                  : Verdict::Unanswered;
+  // An ICMP error for a query that left untranslated (no route for the ClusterIP) is a symptom:
+  // the missing translation is the cause.
+  t.verdict = reached_host && !translated && untranslated_evidence ? Verdict::ServiceTranslationMissing
+              : t.icmp_code                                         ? Verdict::Unreachable
+                                                                    : Verdict::Unanswered;
 }
 
 void Correlator::unindex(const QueryTrace& t) {

@@ -333,6 +333,7 @@ TEST(Correlator, TruncatedAnswerIsLinkedToTheTcpRetry) {
   c.observe(query(udp, Hop::Tap, 0));
   auto tc = answer(udp, Hop::Tap, kMs);
   tc.truncated = true;
+  tc.no_answers = true;  // what did not fit was left out: not NODATA
   c.observe(tc);
   EXPECT_EQ(c.awaitingTcp(), 1u);  // its verdict waits for the TCP retry
   EXPECT_TRUE(c.expire(2 * kMs).empty());
@@ -470,6 +471,26 @@ TEST(Correlator, IcmpUnreachableQuotingTheQueryFinishesItAtTheFirstHop) {
   EXPECT_EQ(icmpUnreachableName(false, 3), "port-unreachable");
   EXPECT_EQ(icmpUnreachableName(true, 4), "port-unreachable");
   EXPECT_EQ(icmpUnreachableName(false, 99), "code 99");
+}
+
+TEST(Correlator, IcmpForAQueryThatLeftUntranslatedIsTranslationMissing) {
+  Correlator c;
+  c.setBeyondHostTraced(true);
+  Q q;
+  // No route for the ClusterIP on the node: it answers with ICMP net unreachable.
+  c.observe(query(q, Hop::Tap, kMs));
+  auto hv = query(q, Hop::HostVeth, 2 * kMs);
+  c.observe(hv);
+  auto drop = hv;
+  drop.drop = true;
+  drop.drop_reason = "IP_INNOROUTES";
+  c.observe(drop);
+  auto icmp = icmpFor(q, Hop::Tap, 3 * kMs, 0, true);
+  c.observe(icmp);
+  auto done = c.expire(4 * kMs);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].verdict, Verdict::ServiceTranslationMissing);
+  EXPECT_EQ(*done[0].icmp_code, 0);  // the evidence stays
 }
 
 TEST(Correlator, IcmpWithoutTheDnsHeaderMatchesByPortsAtItsHop) {
