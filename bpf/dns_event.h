@@ -115,7 +115,8 @@ enum ng_dns_dir {
 #define NG_F_SYN 0x0800     /* TCP SYN (or SYN+ACK from port 53) without payload: no DNS fields */
 #define NG_F_RST 0x1000     /* TCP RST from port 53: no DNS fields */
 #define NG_F_ACK 0x2000     /* NG_F_SYN/NG_F_RST segment with ACK: tcp_seq is the ack number */
-#define NG_F_NOT_DNS_MSG (NG_F_ICMP | NG_F_SYN | NG_F_RST) /* not a DNS message seen on the wire */
+/* Events that are not a DNS message seen on the wire. */
+#define NG_F_NOT_DNS_MSG (NG_F_ICMP | NG_F_SYN | NG_F_RST)
 
 struct ng_dns_event {
   __u64 ts_ns;        /* bpf_ktime_get_ns() */
@@ -136,7 +137,7 @@ struct ng_dns_event {
   __u16 flags; /* NG_F_* */
   __u16 qtype;
   __u8 rcode; /* DNS rcode; NG_F_ICMP: the ICMP code */
-  __u8 hop; /* hop class configured per attached device (user space assigns) */
+  __u8 hop;   /* hop class configured per attached device (user space assigns) */
   __u16 pkt_len;
   __u16 qrest; /* bytes of the DNS message from the question on, clipped to 0xFFFF */
   char qname[NG_DNS_QNAME_MAX]; /* delivered: dotted name; on the ring: raw question bytes */

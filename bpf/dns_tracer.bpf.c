@@ -560,6 +560,24 @@ struct ng_where {
   __u16 dir;
 };
 
+/* The fields every event has: where and when it was seen, addresses and ports. */
+static __always_inline void ng_fill(struct ng_dns_event* ev, const struct ng_meta* m,
+                                    const struct ng_where* w) {
+  ev->ts_ns = bpf_ktime_get_ns();
+  ev->netns_cookie = w->netns_cookie;
+  ev->netns_ino = w->netns_ino;
+  ev->ifindex = w->ifindex;
+  ev->drop_reason = w->drop_reason;
+  ev->kind = w->kind;
+  ev->dir = w->dir;
+  ng_cp16(ev->saddr, m->saddr);
+  ng_cp16(ev->daddr, m->daddr);
+  ev->sport = m->sport;
+  ev->dport = m->dport;
+  ev->flags = m->flags;
+  ev->pkt_len = m->l3_len;
+}
+
 static __always_inline void ng_emit(const struct ng_src* s, const struct ng_meta* m,
                                     const struct ng_where* w) {
   __u8 buf[12] __attribute__((aligned(8)));
@@ -599,26 +617,14 @@ static __always_inline void ng_emit(const struct ng_src* s, const struct ng_meta
   /* Every field the loader passes on is written below (no memset); qtype and the dotted qname are
    * filled in by the loader from the raw question, and it stamps the hop from the device
    * (DnsTracer), off the packet path. */
-  ev->ts_ns = bpf_ktime_get_ns();
-  ev->netns_cookie = w->netns_cookie;
-  ev->netns_ino = w->netns_ino;
-  ev->ifindex = w->ifindex;
-  ev->drop_reason = w->drop_reason;
-  ev->kind = w->kind;
-  ev->dir = w->dir;
-  ng_cp16(ev->saddr, m->saddr);
-  ng_cp16(ev->daddr, m->daddr);
-  ev->sport = m->sport;
-  ev->dport = m->dport;
+  ng_fill(ev, m, w);
   ev->dns_id = ng_be16(&hdr[0]);
-  ev->flags = m->flags;
   if (fl & 0x8000) {
     ev->flags |= NG_F_QR;
     if (ng_be16(&hdr[6]) == 0) ev->flags |= NG_F_NOANS; /* no answer records */
   }
   if (fl & 0x0200) ev->flags |= NG_F_TC;
   ev->rcode = m->flags & NG_F_ICMP ? m->icmp_code : fl & 0xF;
-  ev->pkt_len = m->l3_len;
 
   __u64 wake = BPF_RB_NO_WAKEUP;
   /* Batching: the reader polls every few ms; wake it early only when the ring is half full. Both
@@ -633,28 +639,15 @@ static __always_inline void ng_emit(const struct ng_src* s, const struct ng_meta
  * smallest record, no question, the TCP sequence number in the first question bytes. Out of line:
  * rare, and kept away from the common path's lines. */
 static __noinline void ng_emit_ctl(const struct ng_meta* m, const struct ng_where* w) {
-  struct ng_dns_event* ev =
-      bpf_ringbuf_reserve(&ng_events, NG_DNS_REC_HEAD + NG_DNS_REC_Q1, 0);
+  struct ng_dns_event* ev = bpf_ringbuf_reserve(&ng_events, NG_DNS_REC_HEAD + NG_DNS_REC_Q1, 0);
 
   if (!ev) {
     ng_count(NG_STAT_LOST);
     return;
   }
-  ev->ts_ns = bpf_ktime_get_ns();
-  ev->netns_cookie = w->netns_cookie;
-  ev->netns_ino = w->netns_ino;
-  ev->ifindex = w->ifindex;
-  ev->drop_reason = w->drop_reason;
-  ev->kind = w->kind;
-  ev->dir = w->dir;
-  ng_cp16(ev->saddr, m->saddr);
-  ng_cp16(ev->daddr, m->daddr);
-  ev->sport = m->sport;
-  ev->dport = m->dport;
+  ng_fill(ev, m, w);
   ev->dns_id = 0;
-  ev->flags = m->flags;
   ev->rcode = m->icmp_code;
-  ev->pkt_len = m->l3_len;
   ev->qrest = 0;
   *(__u32*)ev->qname = m->tcp_seq;
   bpf_ringbuf_submit(ev, 0);

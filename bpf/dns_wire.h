@@ -37,8 +37,8 @@ WireQuestion decodeQuestion(const uint8_t* captured, std::size_t size, std::size
 // question bytes): copies the fixed part, decodes the question (qname, qtype, the two flags; qrest
 // is kept) and clears hop, which the loader stamps. A record without a DNS message (qrest 0 with
 // NG_F_ICMP, NG_F_SYN or NG_F_RST) gets an empty name, no parse error, and tcp_seq from its first
-// four question bytes when it is about TCP (0 otherwise). Returns false, leaving `ev` unspecified, for a
-// record shorter than its fixed part (not written by this build's programs).
+// four question bytes when it is about TCP (0 otherwise). Returns false, leaving `ev` unspecified,
+// for a record shorter than its fixed part (not written by this build's programs).
 bool decodeRecord(const void* rec, std::size_t size, ng_dns_event& ev);
 
 }  // namespace nodegate::dns

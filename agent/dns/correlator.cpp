@@ -74,9 +74,10 @@ std::string_view verdictName(Verdict v) {
 
 const std::vector<Verdict>& finishedVerdicts() {
   static const std::vector<Verdict> kAll = {
-      Verdict::Answered,    Verdict::ServerError,       Verdict::Unanswered,
-      Verdict::ServiceTranslationMissing,               Verdict::NotFound,
-      Verdict::Refused,     Verdict::Unreachable,       Verdict::ConnectionRefused,
+      Verdict::Answered,     Verdict::ServerError,
+      Verdict::Unanswered,   Verdict::ServiceTranslationMissing,
+      Verdict::NotFound,     Verdict::Refused,
+      Verdict::Unreachable,  Verdict::ConnectionRefused,
       Verdict::SlowFailover, Verdict::TruncatedTcpFailed};
   return kAll;
 }
@@ -141,16 +142,23 @@ bool isErrorRcode(unsigned rcode) {
 }
 
 std::string icmpUnreachableName(bool ipv6, unsigned code) {
-  static const char* const k4[] = {"net-unreachable",       "host-unreachable",
-                                   "protocol-unreachable",  "port-unreachable",
-                                   "fragmentation-needed",  "source-route-failed",
-                                   "net-unknown",           "host-unknown",
-                                   "source-host-isolated",  "net-prohibited",
-                                   "host-prohibited",       "net-unreachable-for-tos",
-                                   "host-unreachable-for-tos", "admin-prohibited"};
-  static const char* const k6[] = {"no-route",          "admin-prohibited", "beyond-scope",
-                                   "address-unreachable", "port-unreachable", "policy-fail",
-                                   "reject-route"};
+  static const char* const k4[] = {"net-unreachable",
+                                   "host-unreachable",
+                                   "protocol-unreachable",
+                                   "port-unreachable",
+                                   "fragmentation-needed",
+                                   "source-route-failed",
+                                   "net-unknown",
+                                   "host-unknown",
+                                   "source-host-isolated",
+                                   "net-prohibited",
+                                   "host-prohibited",
+                                   "net-unreachable-for-tos",
+                                   "host-unreachable-for-tos",
+                                   "admin-prohibited"};
+  static const char* const k6[] = {
+      "no-route",         "admin-prohibited", "beyond-scope", "address-unreachable",
+      "port-unreachable", "policy-fail",      "reject-route"};
   if (!ipv6 && code < std::size(k4)) return k4[code];
   if (ipv6 && code < std::size(k6)) return k6[code];
   return "code " + std::to_string(code);
@@ -580,9 +588,10 @@ void Correlator::classifyUnanswered(QueryTrace& t) const {
   if (server_addrs_.count(t.original_daddr)) untranslated_evidence = false;
   // An ICMP error for a query that left untranslated (no route for the ClusterIP) is a symptom:
   // the missing translation is the cause.
-  t.verdict = reached_host && !translated && untranslated_evidence ? Verdict::ServiceTranslationMissing
-              : t.icmp_code                                         ? Verdict::Unreachable
-                                                                    : Verdict::Unanswered;
+  t.verdict = reached_host && !translated && untranslated_evidence
+                  ? Verdict::ServiceTranslationMissing
+              : t.icmp_code ? Verdict::Unreachable
+                            : Verdict::Unanswered;
 }
 
 void Correlator::unindex(const QueryTrace& t) {

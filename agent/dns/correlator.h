@@ -68,9 +68,9 @@ enum class Verdict {
   Refused,                    // answered REFUSED (policy)
   Unreachable,                // an ICMP destination unreachable came back for the query
   ConnectionRefused,          // TCP: the server side reset the connection (RST from port 53)
-  SlowFailover,        // answered by another server after the one the guest asked first had
-                       // not answered: the lookup waited the guest's timeout
-  TruncatedTcpFailed,  // a truncated UDP answer whose TCP retry failed or never came
+  SlowFailover,               // answered by another server after the one the guest asked first had
+                              // not answered: the lookup waited the guest's timeout
+  TruncatedTcpFailed,         // a truncated UDP answer whose TCP retry failed or never came
 };
 std::string_view verdictName(Verdict v);  // stable: metric "result" label and API
 // Every verdict a finished trace can have, in enum order (docs, tests, label sets).

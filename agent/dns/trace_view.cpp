@@ -101,8 +101,7 @@ std::string verdictDetail(const QueryTrace& t) {
     case Verdict::Answered:
       return "answered";
     case Verdict::NotFound:
-      return (t.rcode.value_or(0) == 0 ? "NODATA (no " + qtypeName(t.qtype) + " records)"
-                                       : rcode) +
+      return (t.rcode.value_or(0) == 0 ? "NODATA (no " + qtypeName(t.qtype) + " records)" : rcode) +
              " from " + t.original_daddr;
     case Verdict::ServerError:
       return rcode + " from " + t.original_daddr;
@@ -208,10 +207,11 @@ nlohmann::json traceJson(const QueryTrace& t, const TimeBase& base) {
   j["reset_hop"] = t.reset_hop == Hop::Unknown ? nlohmann::json(nullptr)
                                                : nlohmann::json(std::string(hopName(t.reset_hop)));
   j["failover"] =
-      t.failover_of ? nlohmann::json{{"unanswered_server", t.failover_server},
-                                     {"lost_seconds", static_cast<double>(t.failover_lost_ns) / 1e9},
-                                     {"first_attempt", t.failover_of}}
-                    : nlohmann::json(nullptr);
+      t.failover_of
+          ? nlohmann::json{{"unanswered_server", t.failover_server},
+                           {"lost_seconds", static_cast<double>(t.failover_lost_ns) / 1e9},
+                           {"first_attempt", t.failover_of}}
+          : nlohmann::json(nullptr);
   auto lat = t.latencyNs();
   j["latency_seconds"] =
       lat ? nlohmann::json(static_cast<double>(*lat) / 1e9) : nlohmann::json(nullptr);
@@ -219,7 +219,8 @@ nlohmann::json traceJson(const QueryTrace& t, const TimeBase& base) {
   j["retry_of"] = t.retry_of;
   j["tcp_retry_of"] = t.tcp_retry_of;
   j["tcp_retried_by"] = t.tcp_retried_by;
-  j["tcp_failure"] = t.tcp_failure.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.tcp_failure);
+  j["tcp_failure"] =
+      t.tcp_failure.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.tcp_failure);
   j["last_hop"] = std::string(hopName(t.last_hop));
   j["drop_reason"] =
       t.drop_reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.drop_reason);
@@ -255,7 +256,8 @@ std::string answerText(const nlohmann::json& t) {
 std::string resultText(const nlohmann::json& t) {
   const std::string result = str(t, "result", "?");
   if (result == "answered") return answerText(t);
-  if (result == "not_found") return "NOT FOUND: " + answerText(t) + " from " + str(t, "server", "?");
+  if (result == "not_found")
+    return "NOT FOUND: " + answerText(t) + " from " + str(t, "server", "?");
   if (result == "server_error") return "SERVER ERROR: " + answerText(t);
   if (result == "refused") return "REFUSED: " + answerText(t);
   if (result == "slow_failover" || result == "truncated_tcp_failed")

@@ -660,7 +660,7 @@ TEST_F(DnsParserTest, IcmpPortUnreachableQuotingAQuery) {
   EXPECT_EQ(ev.dns_id, 0x7777);
   EXPECT_STREQ(ev.qname, "www.example.com");
   EXPECT_EQ(ev.qtype, 1);
-  EXPECT_EQ(formatAddress(ev, true), "10.244.0.3");  // who sent the ICMP
+  EXPECT_EQ(formatAddress(ev, true), "10.244.0.3");   // who sent the ICMP
   EXPECT_EQ(formatAddress(ev, false), "10.96.0.10");  // where the query was going
   EXPECT_EQ(ev.sport, 40000);
   EXPECT_EQ(ev.dport, 53);
@@ -758,10 +758,9 @@ TEST_F(DnsParserTest, HostileAndTruncatedIcmpErrors) {
   EXPECT_TRUE(run(buildIcmp({.type = 11}, quote)).empty());  // time exceeded
   EXPECT_TRUE(run(buildIcmp({.type = 0}, quote)).empty());   // echo reply
   const Bytes from6(kDst6, kDst6 + 16);
-  EXPECT_TRUE(
-      run(buildIcmp({.ipv6 = true, .type = 3, .from = from6},  // ICMPv6 time exceeded
-                    l3Of(buildFrame({.ipv6 = true}, q.bytes()))))
-          .empty());
+  EXPECT_TRUE(run(buildIcmp({.ipv6 = true, .type = 3, .from = from6},  // ICMPv6 time exceeded
+                            l3Of(buildFrame({.ipv6 = true}, q.bytes()))))
+                  .empty());
   // An IPv4 quote in an ICMPv6 error: its version does not match.
   EXPECT_TRUE(run(buildIcmp({.ipv6 = true, .from = from6}, quote)).empty());
 }
@@ -778,9 +777,8 @@ TEST_F(DnsParserTest, TcpConnectionOpeningAndRefusal) {
       {}));
   EXPECT_EQ(synack.flags & (NG_F_SYN | NG_F_ACK), NG_F_SYN | NG_F_ACK);
   EXPECT_EQ(synack.tcp_seq, 1001u);
-  auto rst = runOne(
-      buildFrame({.tcp = true, .sport = 53, .dport = 40000, .tcp_flags = 0x14, .tcp_ack = 1001},
-                 {}));
+  auto rst = runOne(buildFrame(
+      {.tcp = true, .sport = 53, .dport = 40000, .tcp_flags = 0x14, .tcp_ack = 1001}, {}));
   EXPECT_EQ(rst.flags & (NG_F_SYN | NG_F_RST | NG_F_ACK), NG_F_RST | NG_F_ACK);
   EXPECT_EQ(rst.tcp_seq, 1001u);
   auto rst6 = runOne(buildFrame(

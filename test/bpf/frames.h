@@ -88,7 +88,7 @@ inline Bytes buildFrame(const FrameSpec& f, const Bytes& payload) {
     put16(l4, static_cast<uint16_t>(f.tcp_seq));
     put16(l4, static_cast<uint16_t>(f.tcp_ack >> 16));
     put16(l4, static_cast<uint16_t>(f.tcp_ack));
-    l4.push_back(5 << 4);                         // data offset 20
+    l4.push_back(5 << 4);  // data offset 20
     l4.push_back(f.tcp_flags);
     put16(l4, 65535);
     put16(l4, 0);
@@ -152,11 +152,8 @@ struct IcmpSpec {
 };
 
 inline Bytes buildIcmp(const IcmpSpec& f, const Bytes& quote) {
-  Bytes icmp = {static_cast<uint8_t>(f.type >= 0 ? f.type : f.ipv6 ? 1 : 3), f.code, 0, 0,
-                0,
-                0,
-                0,
-                0};
+  Bytes icmp = {
+      static_cast<uint8_t>(f.type >= 0 ? f.type : f.ipv6 ? 1 : 3), f.code, 0, 0, 0, 0, 0, 0};
   icmp.insert(icmp.end(), quote.begin(), quote.end());
   Bytes frame = {0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1};
   if (!f.ipv6) {

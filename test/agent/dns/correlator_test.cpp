@@ -96,12 +96,9 @@ TEST(Correlator, AnswerFinishesAtTheFirstTracedHopWithoutWaitingForTimeout) {
 
 TEST(Correlator, EachRcodeHasItsVerdict) {
   Correlator c;
-  const std::pair<std::uint8_t, Verdict> cases[] = {{0, Verdict::Answered},
-                                                    {3, Verdict::NotFound},
-                                                    {2, Verdict::ServerError},
-                                                    {1, Verdict::ServerError},
-                                                    {4, Verdict::ServerError},
-                                                    {5, Verdict::Refused}};
+  const std::pair<std::uint8_t, Verdict> cases[] = {
+      {0, Verdict::Answered},    {3, Verdict::NotFound},    {2, Verdict::ServerError},
+      {1, Verdict::ServerError}, {4, Verdict::ServerError}, {5, Verdict::Refused}};
   std::uint16_t id = 1;
   for (const auto& [rcode, v] : cases) {
     Q q;
@@ -415,7 +412,8 @@ TEST(Correlator, PartialAnswerThatMissedTheFirstHopStillCountsAsAnswered) {
   EXPECT_EQ(done[0].last_hop, Hop::Bridge);
 }
 
-// --- the failure taxonomy: ICMP, TCP resets, slow failover, failed TCP retries --------------------
+// --- the failure taxonomy: ICMP, TCP resets, slow failover, failed TCP retries
+// --------------------
 
 Observation icmpFor(const Q& q, Hop hop, std::uint64_t t, std::uint8_t code, bool quote_dns) {
   Observation o = query(q, hop, t);
