@@ -471,21 +471,25 @@ QueryTrace* Correlator::findForResponse(const Observation& o) {
   if (it == by_key_.end()) return nullptr;
   // An answer on its way back belongs to the attempt whose answer was already seen further out,
   // else to one whose query got at least this far; oldest first, since with a retry in flight the
-  // server answers both in order. An attempt lost on the way out cannot be answered.
-  QueryTrace* reached = nullptr;
-  QueryTrace* any = nullptr;
-  for (std::uint64_t seq : it->second) {
-    QueryTrace& t = in_flight_.at(seq);
-    if (!sameVmi(o, t) || sightingAt(t.response_path, o.hop)) continue;
-    // An answer comes from where the query went at the same hop: with attempts at two servers in
-    // flight (slow failover, same id) the second server's answer is the second attempt's.
-    const Sighting* q = sightingAt(t.query_path, o.hop);
-    if (q && (q->daddr != o.saddr || q->dport != o.sport)) continue;
-    if (!t.response_path.empty()) return &t;
-    if (!reached && highestHop(t.query_path) >= o.hop) reached = &t;
-    if (!any) any = &t;
+  // server answers both in order. An attempt lost on the way out cannot be answered. An answer
+  // comes from where the query went at the same hop: with attempts at two servers in flight (slow
+  // failover, same id) the second server's answer is the second attempt's. That is a preference,
+  // not a rule: a device whose two directions see different NAT states still matches.
+  for (const bool same_server : {true, false}) {
+    QueryTrace* reached = nullptr;
+    QueryTrace* any = nullptr;
+    for (std::uint64_t seq : it->second) {
+      QueryTrace& t = in_flight_.at(seq);
+      if (!sameVmi(o, t) || sightingAt(t.response_path, o.hop)) continue;
+      const Sighting* q = sightingAt(t.query_path, o.hop);
+      if (same_server && q && (q->daddr != o.saddr || q->dport != o.sport)) continue;
+      if (!t.response_path.empty()) return &t;
+      if (!reached && highestHop(t.query_path) >= o.hop) reached = &t;
+      if (!any) any = &t;
+    }
+    if (reached || any) return reached ? reached : any;
   }
-  return reached ? reached : any;
+  return nullptr;
 }
 
 QueryTrace* Correlator::findForDrop(const Observation& o) {
