@@ -91,7 +91,7 @@ expect_check "dns-path check PASS Ok (NXDOMAIN is an answer)" PASS Ok
 end_scenario
 
 scenario unreachable "the server's host rejects DNS with ICMP port unreachable"
-host_do nft_in $D 'table inet ngfail { chain input { type filter hook input priority 0; udp dport 53 reject with icmp type port-unreachable; } }'
+host_do nft_in $D 'table inet ngfail { chain input { type filter hook input priority 0; udp dport 53 reject with icmp type port-unreachable; }; }'
 in_guest 'nslookup -timeout=1 -retry=1 reject.example.test'
 expect_trace "unreachable: the ICMP from the server, back to the guest through both NATs" \
   reject.example.test A udp unreachable 't["icmp"]["type"] == "port-unreachable" and t["icmp"]["from"] == "10.244.0.3" and t["icmp"]["hop"] == "server"'
@@ -100,7 +100,7 @@ end_scenario
 host_do ip netns exec $D nft delete table inet ngfail
 
 scenario failover "glibc with a silent first nameserver (timeout:1 attempts:1): slow failover"
-host_do nft_in $H 'table inet ngfail { chain pre { type filter hook prerouting priority -200; ip daddr 10.96.0.99 drop; } }'
+host_do nft_in $H 'table inet ngfail { chain pre { type filter hook prerouting priority -200; ip daddr 10.96.0.99 drop; }; }'
 in_guest 'cp /etc/resolv.conf /tmp/resolv.dhcp && printf "nameserver 10.96.0.99\nnameserver 10.96.0.10\noptions timeout:1 attempts:1\n" > /etc/resolv.conf && getent ahostsv4 www.example.test; rc=$?; cp /tmp/resolv.dhcp /etc/resolv.conf; exit $rc'
 check "$SCEN: getent resolved through the second nameserver" test "$GUEST_RC" = 0
 expect_trace "slow_failover: answered by 10.96.0.10 after 10.96.0.99 stayed silent for the timeout" \
