@@ -415,6 +415,13 @@ TEST(Correlator, PartialAnswerThatMissedTheFirstHopStillCountsAsAnswered) {
 // --- the failure taxonomy: ICMP, TCP resets, slow failover, failed TCP retries
 // --------------------
 
+// The one trace finished by now_ns (a test failure unless there is exactly one).
+QueryTrace single(Correlator& c, std::uint64_t now_ns) {
+  auto done = c.expire(now_ns);
+  EXPECT_EQ(done.size(), 1u);
+  return done.empty() ? QueryTrace{} : done[0];
+}
+
 Observation icmpFor(const Q& q, Hop hop, std::uint64_t t, std::uint8_t code, bool quote_dns) {
   Observation o = query(q, hop, t);
   o.icmp = true;
@@ -460,12 +467,11 @@ TEST(Correlator, IcmpUnreachableQuotingTheQueryFinishesItAtTheFirstHop) {
   for (int i = 4; i >= 1; --i) c.observe(icmpFor(q, kForward[i], t += kMs, 3, true));
   EXPECT_EQ(c.inFlight(), 1u);
   c.observe(icmpFor(q, Hop::Tap, t += kMs, 3, true));
-  auto done = c.expire(t);
-  ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(done[0].verdict, Verdict::Unreachable);
-  EXPECT_EQ(*done[0].icmp_code, 3);
-  EXPECT_EQ(done[0].icmp_from, kCoreDns);  // the first ICMP seen: at host-out, before un-NAT
-  EXPECT_EQ(done[0].icmp_hop, Hop::HostOut);
+  const QueryTrace tr = single(c, t);
+  EXPECT_EQ(tr.verdict, Verdict::Unreachable);
+  EXPECT_EQ(*tr.icmp_code, 3);
+  EXPECT_EQ(tr.icmp_from, kCoreDns);  // the first ICMP seen: at host-out, before un-NAT
+  EXPECT_EQ(tr.icmp_hop, Hop::HostOut);
   EXPECT_EQ(icmpUnreachableName(false, 3), "port-unreachable");
   EXPECT_EQ(icmpUnreachableName(true, 4), "port-unreachable");
   EXPECT_EQ(icmpUnreachableName(false, 99), "code 99");
@@ -485,10 +491,9 @@ TEST(Correlator, IcmpForAQueryThatLeftUntranslatedIsTranslationMissing) {
   c.observe(drop);
   auto icmp = icmpFor(q, Hop::Tap, 3 * kMs, 0, true);
   c.observe(icmp);
-  auto done = c.expire(4 * kMs);
-  ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(done[0].verdict, Verdict::ServiceTranslationMissing);
-  EXPECT_EQ(*done[0].icmp_code, 0);  // the evidence stays
+  const QueryTrace tr = single(c, 4 * kMs);
+  EXPECT_EQ(tr.verdict, Verdict::ServiceTranslationMissing);
+  EXPECT_EQ(*tr.icmp_code, 0);  // the evidence stays
 }
 
 TEST(Correlator, IcmpWithoutTheDnsHeaderMatchesByPortsAtItsHop) {
@@ -505,10 +510,9 @@ TEST(Correlator, IcmpWithoutTheDnsHeaderMatchesByPortsAtItsHop) {
   c.observe(miss);
   EXPECT_EQ(c.stats().orphan_errors, 1u);
   c.observe(icmpFor(q, Hop::Tap, 4 * kMs, 1, false));  // host unreachable, port 40000
-  auto done = c.expire(5 * kMs);
-  ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(done[0].qname, "example.com");
-  EXPECT_EQ(done[0].verdict, Verdict::Unreachable);
+  const QueryTrace tr = single(c, 5 * kMs);
+  EXPECT_EQ(tr.qname, "example.com");
+  EXPECT_EQ(tr.verdict, Verdict::Unreachable);
   // Fragmentation needed is not a failure of the query.
   c.observe(icmpFor(other, Hop::Tap, 6 * kMs, 4, true));
   EXPECT_TRUE(c.expire(7 * kMs).empty());
@@ -523,15 +527,14 @@ TEST(Correlator, TcpResetAnsweringTheSynIsConnectionRefused) {
   for (Hop h : kForward) c.observe(syn(q, h, t += kMs, 1000));
   c.observe(syn(q, Hop::Tap, t += kMs, 1000));  // the client sends its SYN again
   for (int i = 4; i >= 0; --i) c.observe(fromServer(q, kForward[i], t += kMs, 1001, false));
-  auto done = c.expire(t);
-  ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(done[0].verdict, Verdict::ConnectionRefused);
-  EXPECT_TRUE(done[0].connect_only);
-  EXPECT_TRUE(done[0].tcp);
-  EXPECT_EQ(done[0].qname, "");
-  EXPECT_EQ(done[0].reset_hop, Hop::HostOut);
-  EXPECT_EQ(done[0].query_path.size(), 5u);
-  EXPECT_EQ(done[0].original_daddr, kSvc);
+  const QueryTrace tr = single(c, t);
+  EXPECT_EQ(tr.verdict, Verdict::ConnectionRefused);
+  EXPECT_TRUE(tr.connect_only);
+  EXPECT_TRUE(tr.tcp);
+  EXPECT_EQ(tr.qname, "");
+  EXPECT_EQ(tr.reset_hop, Hop::HostOut);
+  EXPECT_EQ(tr.query_path.size(), 5u);
+  EXPECT_EQ(tr.original_daddr, kSvc);
 }
 
 TEST(Correlator, ResetAfterTheQueryWasSentMatchesByAddresses) {
@@ -541,10 +544,9 @@ TEST(Correlator, ResetAfterTheQueryWasSentMatchesByAddresses) {
   c.observe(query(q, Hop::Tap, kMs));
   auto rst = fromServer(q, Hop::Tap, 2 * kMs, 777777, false);  // acknowledges the query's bytes
   c.observe(rst);
-  auto done = c.expire(3 * kMs);
-  ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(done[0].verdict, Verdict::ConnectionRefused);
-  EXPECT_EQ(done[0].qname, "example.com");
+  const QueryTrace tr = single(c, 3 * kMs);
+  EXPECT_EQ(tr.verdict, Verdict::ConnectionRefused);
+  EXPECT_EQ(tr.qname, "example.com");
 }
 
 TEST(Correlator, AConnectionThatCarriesItsQueryLeavesOnlyTheQuerysTrace) {
@@ -555,9 +557,8 @@ TEST(Correlator, AConnectionThatCarriesItsQueryLeavesOnlyTheQuerysTrace) {
   c.observe(fromServer(q, Hop::Tap, 2 * kMs, 6, true));
   c.observe(query(q, Hop::Tap, 3 * kMs));
   c.observe(answer(q, Hop::Tap, 4 * kMs));
-  auto done = c.expire(4 * kMs);
-  ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(done[0].verdict, Verdict::Answered);
+  const QueryTrace tr = single(c, 4 * kMs);
+  EXPECT_EQ(tr.verdict, Verdict::Answered);
   EXPECT_EQ(c.inFlight(), 0u);
   // A connection that opens and carries nothing we saw is no failure either.
   c.observe(syn(q, Hop::Tap, 10 * kMs, 50));
@@ -576,10 +577,9 @@ TEST(Correlator, IcmpForASynIsUnreachable) {
   icmp.tcp_seq = 0xABCD;
   icmp.sport = 1;  // the ISN decides, not the ports
   c.observe(icmp);
-  auto done = c.expire(3 * kMs);
-  ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(done[0].verdict, Verdict::Unreachable);
-  EXPECT_EQ(icmpUnreachableName(false, *done[0].icmp_code), "admin-prohibited");
+  const QueryTrace tr = single(c, 3 * kMs);
+  EXPECT_EQ(tr.verdict, Verdict::Unreachable);
+  EXPECT_EQ(icmpUnreachableName(false, *tr.icmp_code), "admin-prohibited");
 }
 
 TEST(Correlator, SecondServerAnsweringAfterTheFirstTimedOutIsSlowFailover) {
@@ -611,38 +611,23 @@ TEST(Correlator, SecondServerAnsweringAfterTheFirstTimedOutIsSlowFailover) {
   Correlator d;
   Q q2;
   d.observe(query(q2, Hop::Tap, 0));
-  auto par = query(q2, Hop::Tap, kMs);
-  par.daddr = "10.96.0.11";
-  par.id = 77;
-  d.observe(par);
-  auto par_r = answer(q2, Hop::Tap, 2 * kMs);
-  par_r.id = 77;
-  par_r.saddr = "10.96.0.11";
-  d.observe(par_r);
-  done = d.expire(3 * kMs);
-  ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(done[0].verdict, Verdict::Answered);
-  auto again = query(q2, Hop::Tap, 1000 * kMs);
-  again.id = 78;
-  d.observe(again);
-  auto again_r = answer(q2, Hop::Tap, 1001 * kMs);
-  again_r.id = 78;
-  d.observe(again_r);
-  done = d.expire(1002 * kMs);
-  ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(done[0].verdict, Verdict::Answered);
-  auto other = query(q2, Hop::Tap, 1500 * kMs);
-  other.id = 79;
-  other.daddr = "10.96.0.12";
-  d.observe(other);
-  auto other_r = answer(q2, Hop::Tap, 1501 * kMs);
-  other_r.id = 79;
-  other_r.saddr = "10.96.0.12";
-  d.observe(other_r);
-  done = d.expire(1502 * kMs);
-  ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(done[0].verdict, Verdict::SlowFailover);
-  EXPECT_EQ(done[0].failover_lost_ns, 1500 * kMs);
+  // One query of id to server at t ms and its answer a millisecond later: the verdict.
+  auto ask = [&](std::uint16_t id, const std::string& server, std::uint64_t t) {
+    auto o = query(q2, Hop::Tap, t * kMs);
+    o.id = id;
+    o.daddr = server;
+    d.observe(o);
+    auto r = answer(q2, Hop::Tap, (t + 1) * kMs);
+    r.id = id;
+    r.saddr = server;
+    d.observe(r);
+    return single(d, (t + 2) * kMs);
+  };
+  EXPECT_EQ(ask(77, "10.96.0.11", 1).verdict, Verdict::Answered);  // at once: musl
+  EXPECT_EQ(ask(78, kSvc, 1000).verdict, Verdict::Answered);       // the same server again
+  const QueryTrace other = ask(79, "10.96.0.12", 1500);            // another one, later
+  EXPECT_EQ(other.verdict, Verdict::SlowFailover);
+  EXPECT_EQ(other.failover_lost_ns, 1500 * kMs);
 }
 
 Observation truncatedAnswer(const Q& q, Hop hop, std::uint64_t t) {
@@ -657,10 +642,9 @@ TEST(Correlator, TruncatedAnswerWithoutTcpRetryFailsAfterTheLinkWindow) {
   c.observe(query(q, Hop::Tap, 0));
   c.observe(truncatedAnswer(q, Hop::Tap, kMs));
   EXPECT_TRUE(c.expire(1999 * kMs).empty());
-  auto done = c.expire(2001 * kMs);
-  ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(done[0].verdict, Verdict::TruncatedTcpFailed);
-  EXPECT_EQ(done[0].tcp_failure, "no TCP retry");
+  const QueryTrace tr = single(c, 2001 * kMs);
+  EXPECT_EQ(tr.verdict, Verdict::TruncatedTcpFailed);
+  EXPECT_EQ(tr.tcp_failure, "no TCP retry");
 }
 
 TEST(Correlator, TruncatedAnswerWhoseTcpConnectionIsRefused) {
