@@ -46,7 +46,22 @@
  *   and the loader fills in both from its table of attachments before delivery. Same values for
  *   users. A tc run with no classid (BPF_PROG_TEST_RUN) still reads the inode from the kernel and
  *   gets cookie 0; an event of a filter detached before its event was delivered comes with
- *   netns_ino 0, cookie 0 and no hop. No field moved. */
+ *   netns_ino 0, cookie 0 and no hop. No field moved.
+ * - 2026-12-02 (failure taxonomy, issue 19) three kinds of tc event besides DNS messages, all
+ *   kind NG_EV_PACKET, told apart by flags (consumers that only know DNS messages must skip events
+ *   with NG_F_ICMP, NG_F_SYN or NG_F_RST):
+ *   - NG_F_ICMP: an ICMP destination unreachable (ICMPv6 type 1) quoting a datagram or segment to
+ *     port 53. saddr is the ICMP's sender, daddr/sport/dport the quoted packet's destination,
+ *     source port and destination port, rcode the ICMP code. When the quote holds the whole DNS
+ *     header, dns_id and the question are the quoted query's; otherwise qrest is 0 and qname "".
+ *     A quoted TCP segment adds NG_F_TCP and its sequence number in tcp_seq.
+ *   - NG_F_SYN / NG_F_RST (with NG_F_TCP): a TCP segment without payload that opens a connection
+ *     to port 53 (SYN), accepts one (SYN+ACK from port 53) or refuses or resets one (RST from port
+ *     53). NG_F_ACK when the segment has ACK set; tcp_seq is then its acknowledgement number,
+ *     else its sequence number. No DNS fields (qrest 0). kfree_skb reports dropped ones too.
+ *   NG_F_NOANS on responses whose ANCOUNT is 0 (with rcode NOERROR: NODATA). On the ring a
+ *   record without a question (qrest 0) of these kinds carries tcp_seq in its first 4 question
+ *   bytes; the loader moves it to the new field tcp_seq (appended after qname: no field moved). */
 #ifndef NODEGATE_DNS_EVENT_H
 #define NODEGATE_DNS_EVENT_H
 
@@ -95,6 +110,13 @@ enum ng_dns_dir {
 #define NG_F_VLAN 0x0040    /* 802.1Q/802.1ad tag(s) in the frame (skipped, up to two) */
 #define NG_F_FRAG 0x0080    /* first fragment of a fragmented IP datagram */
 #define NG_F_HOP_SET 0x0100 /* hop looked up from the device map */
+#define NG_F_NOANS 0x0200   /* response with ANCOUNT 0 (NOERROR: NODATA) */
+#define NG_F_ICMP 0x0400    /* ICMP destination unreachable quoting a packet to port 53 */
+#define NG_F_SYN 0x0800     /* TCP SYN (or SYN+ACK from port 53) without payload: no DNS fields */
+#define NG_F_RST 0x1000     /* TCP RST from port 53: no DNS fields */
+#define NG_F_ACK 0x2000     /* NG_F_SYN/NG_F_RST segment with ACK: tcp_seq is the ack number */
+/* Events that are not a DNS message seen on the wire. */
+#define NG_F_NOT_DNS_MSG (NG_F_ICMP | NG_F_SYN | NG_F_RST)
 
 struct ng_dns_event {
   __u64 ts_ns;        /* bpf_ktime_get_ns() */
@@ -114,11 +136,13 @@ struct ng_dns_event {
   __u16 dns_id;
   __u16 flags; /* NG_F_* */
   __u16 qtype;
-  __u8 rcode;
-  __u8 hop; /* hop class configured per attached device (user space assigns) */
+  __u8 rcode; /* DNS rcode; NG_F_ICMP: the ICMP code */
+  __u8 hop;   /* hop class configured per attached device (user space assigns) */
   __u16 pkt_len;
   __u16 qrest; /* bytes of the DNS message from the question on, clipped to 0xFFFF */
   char qname[NG_DNS_QNAME_MAX]; /* delivered: dotted name; on the ring: raw question bytes */
+  __u32 tcp_seq; /* NG_F_SYN/NG_F_RST, and NG_F_ICMP quoting TCP: see the changelog (delivered
+                    only; on the ring in the question bytes) */
 };
 
 #endif

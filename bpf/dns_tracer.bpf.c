@@ -61,8 +61,10 @@ extern void* bpf_cast_to_kern_ctx(void* obj) __ksym;
 #define ETH_P_IPV6_ 0x86DD
 #define ETH_P_8021Q_ 0x8100
 #define ETH_P_8021AD_ 0x88A8
+#define IPPROTO_ICMP_ 1
 #define IPPROTO_TCP_ 6
 #define IPPROTO_UDP_ 17
+#define IPPROTO_ICMPV6_ 58
 #define TC_ACT_UNSPEC_ (-1)
 
 /* Where packet bytes come from. Offsets are relative to `base` (tc: the frame start; kfree_skb:
@@ -90,6 +92,8 @@ struct ng_meta {
   __u32 tcp_seq;
   __u16 tcp_prefix; /* the TCP length prefix as read */
   __u8 tcp_bare;    /* the segment is only a length prefix */
+  __u8 ctl;         /* no DNS message: an ICMP error, SYN or RST to report as such (ng_emit_ctl) */
+  __u8 icmp_code;   /* NG_F_ICMP */
   __u8 tcp_odd;     /* the prefix does not describe this segment: maybe a split-off message */
 };
 
@@ -180,6 +184,7 @@ static __always_inline int ng_ipv6_ext(const struct ng_src* s, __u32* off, __u8 
     switch (next) {
       case IPPROTO_UDP_:
       case IPPROTO_TCP_:
+      case IPPROTO_ICMPV6_:
         return next;
       case 0:  /* hop-by-hop options */
       case 43: /* routing */
@@ -215,9 +220,104 @@ static __always_inline int ng_ipv6_ext(const struct ng_src* s, __u32* off, __u8 
         return -1;
     }
   }
-  if (next == IPPROTO_UDP_ || next == IPPROTO_TCP_) return next;
+  if (next == IPPROTO_UDP_ || next == IPPROTO_TCP_ || next == IPPROTO_ICMPV6_) return next;
   ng_count(NG_STAT_EXT);
   return -1;
+}
+
+/* A TCP segment to or from port 53 without payload: 0 (report it, m->ctl set) for what says
+ * whether a DNS connection opened — the client's SYN, the server's SYN+ACK, the server's RST (a
+ * refused or reset connection: nothing listens, or `reject with tcp reset`) — and -1 for the rest
+ * (ACKs, FINs). The sequence number that survives both NATs names the connection: the SYN's own,
+ * or the ACK number of a reply to it (its SYN's plus one); a reset mid-stream acknowledges more. */
+static __always_inline int ng_tcp_ctl(struct ng_meta* m, __u8 tcp_flags, __u32 ack) {
+  const bool syn = tcp_flags & 0x02, rst = tcp_flags & 0x04, has_ack = tcp_flags & 0x10;
+
+  if (syn && !rst && (has_ack ? m->sport == NG_DNS_PORT : m->dport == NG_DNS_PORT))
+    m->flags |= NG_F_SYN;
+  else if (rst && !syn && m->sport == NG_DNS_PORT)
+    m->flags |= NG_F_RST;
+  else
+    return -1;
+  m->flags |= NG_F_TCP;
+  if (has_ack) {
+    m->flags |= NG_F_ACK;
+    m->tcp_seq = ack;
+  }
+  m->ctl = 1;
+  return 0;
+}
+
+/* An ICMP destination unreachable (ICMPv6 type 1) at `off`, quoting what was sent to port 53: the
+ * guest's query refused by the server's host (port unreachable), by a firewall rule (`reject`) or
+ * undeliverable (host unreachable). The quote is untrusted: every header is bounds-checked against
+ * the linear data and the outer packet's end (l3_end), a quoted length only ever shortens what is
+ * read, and anything that does not parse is skipped, not reported. Leaves m with the ICMP's sender
+ * as saddr, the quoted destination, ports and, when the quote holds a whole DNS header (Linux
+ * quotes up to 576 bytes, RFC 1812; RFC 792 only promises 8), the quoted message's bounds. A
+ * global function: checked once by the verifier, whichever parser path leads here. */
+/* n bytes of linear data at off, or NULL. off is 64-bit and pinned to one register
+ * (barrier_var) so the bound check and the pointer arithmetic use the same one: clang otherwise
+ * widens a 32-bit offset twice and the verifier then sees an unbounded pointer. */
+static __always_inline const __u8* ng_at(const __u8* data, const __u8* end, __u64 off,
+                                         const __u32 n) {
+  barrier_var(off);
+  if (off >= 0x3FFF) return NULL;
+  const __u8* p = data + off;
+  if (p + n > end) return NULL;
+  return p;
+}
+
+__noinline int ng_parse_icmp(struct __sk_buff* skb, struct ng_meta* m, __u32 off32, __u32 l3_end,
+                             int v6) {
+  const __u8* data = (const __u8*)(long)skb->data;
+  const __u8* data_end = (const __u8*)(long)skb->data_end;
+  __u64 off = off32;
+  const __u8* h;
+  __u32 proto;
+
+  if (!m) return -1;
+  h = ng_at(data, data_end, off, 8);
+  if (!h || h[0] != (v6 ? 1 : 3)) return -1;
+  m->icmp_code = h[1];
+  off += 8;
+  if (!v6) {
+    h = ng_at(data, data_end, off, 20);
+    if (!h || (h[0] >> 4) != 4 || (h[0] & 0x0F) < 5) return -1;
+    if (ng_be16(&h[6]) & 0x1FFF) return -1; /* a later fragment quoted: no ports in it */
+    proto = h[9];
+    ng_cp4(m->daddr, &h[16]);
+    off += (h[0] & 0x0F) * 4;
+  } else {
+    h = ng_at(data, data_end, off, 40);
+    if (!h || (h[0] >> 4) != 6) return -1;
+    proto = h[6]; /* extension headers in a quote are not walked */
+    ng_cp16(m->daddr, &h[24]);
+    off += 40;
+  }
+  if (proto != IPPROTO_UDP_ && proto != IPPROTO_TCP_) return -1;
+  h = ng_at(data, data_end, off, 8);
+  if (!h) return -1;
+  m->sport = ng_be16(&h[0]);
+  m->dport = ng_be16(&h[2]);
+  if (m->dport != NG_DNS_PORT) return -1; /* about a query, not about a late answer */
+  m->flags |= NG_F_ICMP;
+  m->ctl = 1;
+  if (proto == IPPROTO_TCP_) {
+    m->flags |= NG_F_TCP;
+    m->tcp_seq = ng_be32(&h[4]);
+    return 0;
+  }
+  /* off < 0x3FFF here (ng_at), so these sums do not wrap. */
+  __u32 udp = (__u32)off;
+  __u32 end = ng_min(l3_end, udp + ng_be16(&h[4]));
+  if (end >= udp + 8 + 12) { /* a whole DNS header quoted: reported as the query it quotes */
+    m->ctl = 0;
+    m->dns_off = udp + 8;
+    m->dns_end = end;
+    m->claim_end = end;
+  }
+  return 0;
 }
 
 /* L3 at `off` (version 4 or 6) → L4 → start/end of the DNS message. Returns 0 for a port-53
@@ -240,9 +340,9 @@ static __always_inline int ng_parse_l3(const struct ng_src* s, __u32 off, int ve
     __u16 fo = ng_be16(&h[6]);
     if ((h[0] >> 4) != 4 || ihl < 20) return -1;
     proto = h[9];
-    if (proto != IPPROTO_UDP_ && proto != IPPROTO_TCP_) return -1;
+    if (proto != IPPROTO_UDP_ && proto != IPPROTO_TCP_ && proto != IPPROTO_ICMP_) return -1;
     if (fo & 0x1FFF) {
-      ng_count(NG_STAT_FRAG);
+      if (proto != IPPROTO_ICMP_) ng_count(NG_STAT_FRAG);
       return -1;
     }
     if (fo & 0x2000) m->flags |= NG_F_FRAG;
@@ -267,6 +367,12 @@ static __always_inline int ng_parse_l3(const struct ng_src* s, __u32 off, int ve
   m->l3_end = l3_end;
   m->l3_len = (__u16)ng_min(l3_end - l3_off, 0xFFFF);
 
+  if (proto == IPPROTO_ICMP_ || proto == IPPROTO_ICMPV6_) {
+    /* Rare (and pings): out of line, tc only (the quote is read straight from the linear data). */
+    if (udp_only) return 1;
+    if (s->kern) return -1;
+    return ng_parse_icmp(s->skb, m, off, l3_end, version == 6);
+  }
   if (proto == IPPROTO_UDP_) {
     h = NG_HDR(s, off, buf, 8);
     if (!h) return -1;
@@ -293,11 +399,11 @@ static __always_inline int ng_parse_l3(const struct ng_src* s, __u32 off, int ve
   if ((h[12] >> 4) < 5) return -1;
   m->tcp_seq = ng_be32(&h[4]);
   off += (h[12] >> 4) * 4;
-  /* SYN, ACK, FIN: no payload, nothing to report, decided from the lengths alone. A segment
-   * carrying a message starts with the 2-byte length prefix (RFC 1035 4.2.2), unless the sender
-   * wrote the prefix in a segment of its own (see ng_tcp_split). Later segments of a long message
-   * fail the header check. */
-  if (off >= claim_end) return -1;
+  if (off >= claim_end) return ng_tcp_ctl(m, h[13], ng_be32(&h[8]));
+  /* SYN, ACK, FIN: no payload, decided from the lengths alone; only the connection's opening and
+   * refusal are reported (ng_tcp_ctl). A segment carrying a message starts with the 2-byte length
+   * prefix (RFC 1035 4.2.2), unless the sender wrote the prefix in a segment of its own (see
+   * ng_tcp_split). Later segments of a long message fail the header check. */
   m->flags |= NG_F_TCP;
   m->dns_off = off + 2;
   m->claim_end = claim_end;
@@ -454,6 +560,24 @@ struct ng_where {
   __u16 dir;
 };
 
+/* The fields every event has: where and when it was seen, addresses and ports. */
+static __always_inline void ng_fill(struct ng_dns_event* ev, const struct ng_meta* m,
+                                    const struct ng_where* w) {
+  ev->ts_ns = bpf_ktime_get_ns();
+  ev->netns_cookie = w->netns_cookie;
+  ev->netns_ino = w->netns_ino;
+  ev->ifindex = w->ifindex;
+  ev->drop_reason = w->drop_reason;
+  ev->kind = w->kind;
+  ev->dir = w->dir;
+  ng_cp16(ev->saddr, m->saddr);
+  ng_cp16(ev->daddr, m->daddr);
+  ev->sport = m->sport;
+  ev->dport = m->dport;
+  ev->flags = m->flags;
+  ev->pkt_len = m->l3_len;
+}
+
 static __always_inline void ng_emit(const struct ng_src* s, const struct ng_meta* m,
                                     const struct ng_where* w) {
   __u8 buf[12] __attribute__((aligned(8)));
@@ -493,23 +617,14 @@ static __always_inline void ng_emit(const struct ng_src* s, const struct ng_meta
   /* Every field the loader passes on is written below (no memset); qtype and the dotted qname are
    * filled in by the loader from the raw question, and it stamps the hop from the device
    * (DnsTracer), off the packet path. */
-  ev->ts_ns = bpf_ktime_get_ns();
-  ev->netns_cookie = w->netns_cookie;
-  ev->netns_ino = w->netns_ino;
-  ev->ifindex = w->ifindex;
-  ev->drop_reason = w->drop_reason;
-  ev->kind = w->kind;
-  ev->dir = w->dir;
-  ng_cp16(ev->saddr, m->saddr);
-  ng_cp16(ev->daddr, m->daddr);
-  ev->sport = m->sport;
-  ev->dport = m->dport;
+  ng_fill(ev, m, w);
   ev->dns_id = ng_be16(&hdr[0]);
-  ev->flags = m->flags;
-  if (fl & 0x8000) ev->flags |= NG_F_QR;
+  if (fl & 0x8000) {
+    ev->flags |= NG_F_QR;
+    if (ng_be16(&hdr[6]) == 0) ev->flags |= NG_F_NOANS; /* no answer records */
+  }
   if (fl & 0x0200) ev->flags |= NG_F_TC;
-  ev->rcode = fl & 0xF;
-  ev->pkt_len = m->l3_len;
+  ev->rcode = m->flags & NG_F_ICMP ? m->icmp_code : fl & 0xF;
 
   __u64 wake = BPF_RB_NO_WAKEUP;
   /* Batching: the reader polls every few ms; wake it early only when the ring is half full. Both
@@ -518,6 +633,24 @@ static __always_inline void ng_emit(const struct ng_src* s, const struct ng_meta
       bpf_ringbuf_query(&ng_events, BPF_RB_RING_SIZE) / 2)
     wake = BPF_RB_FORCE_WAKEUP;
   bpf_ringbuf_submit(ev, wake);
+}
+
+/* An event without a DNS message (m->ctl: an ICMP error, a SYN or a RST; dns_event.h): the
+ * smallest record, no question, the TCP sequence number in the first question bytes. Out of line:
+ * rare, and kept away from the common path's lines. */
+static __noinline void ng_emit_ctl(const struct ng_meta* m, const struct ng_where* w) {
+  struct ng_dns_event* ev = bpf_ringbuf_reserve(&ng_events, NG_DNS_REC_HEAD + NG_DNS_REC_Q1, 0);
+
+  if (!ev) {
+    ng_count(NG_STAT_LOST);
+    return;
+  }
+  ng_fill(ev, m, w);
+  ev->dns_id = 0;
+  ev->rcode = m->icmp_code;
+  ev->qrest = 0;
+  *(__u32*)ev->qname = m->tcp_seq;
+  bpf_ringbuf_submit(ev, 0);
 }
 
 /* The TCP fix-up and the length check, shared by both hooks once the packet's netns and device
@@ -622,6 +755,10 @@ int ng_tc(struct __sk_buff* skb) {
       .dir = BPF_CORE_READ_BITFIELD(kbits, tc_at_ingress) ? NG_DIR_INGRESS : NG_DIR_EGRESS,
   };
   if (!attach_id) w.netns_ino = kskb->dev->nd_net.net->ns.inum;
+  if (m.ctl) {
+    ng_emit_ctl(&m, &w);
+    return TC_ACT_UNSPEC_;
+  }
   if (ng_finish(&s, &m, &w)) return TC_ACT_UNSPEC_;
   ng_emit(&s, &m, &w);
   return TC_ACT_UNSPEC_;
@@ -677,6 +814,10 @@ static __always_inline int ng_drop(struct sk_buff* skb, __u32 reason, const bool
   if (net) {
     w.netns_ino = BPF_CORE_READ(net, ns.inum);
     w.netns_cookie = ng_net_cookie(net);
+  }
+  if (m.ctl) {
+    ng_emit_ctl(&m, &w); /* a dropped SYN: why a TCP retry never connected */
+    return 0;
   }
   if (ng_finish(&s, &m, &w)) return 0;
   ng_emit(&s, &m, &w);

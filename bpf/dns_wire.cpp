@@ -69,10 +69,21 @@ bool decodeRecord(const void* rec, std::size_t size, ng_dns_event& ev) {
   if (rec == nullptr || size < NG_DNS_REC_HEAD) return false;
   const auto* bytes = static_cast<const uint8_t*>(rec);
   std::memcpy(&ev, bytes, NG_DNS_REC_HEAD);
+  ev.hop = 0;
+  ev.tcp_seq = 0;
+  if (ev.qrest == 0 && (ev.flags & NG_F_NOT_DNS_MSG)) {
+    // No DNS message on the wire (an ICMP error without the quoted header, a SYN, a RST): nothing
+    // to decode and no parse error; the record's first question bytes hold the sequence number.
+    if ((ev.flags & NG_F_TCP) && size >= NG_DNS_REC_HEAD + sizeof ev.tcp_seq)
+      std::memcpy(&ev.tcp_seq, bytes + NG_DNS_REC_HEAD, sizeof ev.tcp_seq);
+    std::memset(ev.qname, 0, sizeof ev.qname);
+    ev.qtype = 0;
+    ev.flags = static_cast<uint16_t>(ev.flags & ~(NG_F_PARSE_ERR | NG_F_QNAME_TRUNC));
+    return true;
+  }
   const std::size_t captured = std::min(
       {static_cast<std::size_t>(ev.qrest), std::size_t{NG_DNS_QNAME_MAX}, size - NG_DNS_REC_HEAD});
   const WireQuestion q = decodeQuestion(bytes + NG_DNS_REC_HEAD, captured, ev.qrest);
-  ev.hop = 0;
   std::memcpy(ev.qname, q.qname, sizeof ev.qname);
   ev.qtype = q.qtype;
   ev.flags = static_cast<uint16_t>((ev.flags & ~(NG_F_PARSE_ERR | NG_F_QNAME_TRUNC)) | q.flags);

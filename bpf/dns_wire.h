@@ -35,8 +35,10 @@ WireQuestion decodeQuestion(const uint8_t* captured, std::size_t size, std::size
 // Rebuilds the delivered event from one ring record of `size` bytes (bpf/dns_event.h: the fields of
 // struct ng_dns_event up to qname, then min(qrest, NG_DNS_QNAME_MAX, size - NG_DNS_REC_HEAD) raw
 // question bytes): copies the fixed part, decodes the question (qname, qtype, the two flags; qrest
-// is kept) and clears hop, which the loader stamps. Returns false, leaving `ev` unspecified, for a
-// record shorter than its fixed part (not written by this build's programs).
+// is kept) and clears hop, which the loader stamps. A record without a DNS message (qrest 0 with
+// NG_F_ICMP, NG_F_SYN or NG_F_RST) gets an empty name, no parse error, and tcp_seq from its first
+// four question bytes when it is about TCP (0 otherwise). Returns false, leaving `ev` unspecified,
+// for a record shorter than its fixed part (not written by this build's programs).
 bool decodeRecord(const void* rec, std::size_t size, ng_dns_event& ev);
 
 }  // namespace nodegate::dns

@@ -15,8 +15,13 @@ namespace {
 GuestDnsState stateOf(Verdict v) {
   switch (v) {
     case Verdict::ServerError:
+    case Verdict::Refused:
+    case Verdict::SlowFailover:  // answered, but every lookup waits for the silent server first
       return GuestDnsState::ServerError;
     case Verdict::Unanswered:
+    case Verdict::Unreachable:
+    case Verdict::ConnectionRefused:
+    case Verdict::TruncatedTcpFailed:
       return GuestDnsState::NoResponse;
     case Verdict::ServiceTranslationMissing:
       return GuestDnsState::ServiceTranslationMissing;
@@ -26,17 +31,7 @@ GuestDnsState stateOf(Verdict v) {
 }
 
 std::string detailOf(const QueryTrace& t) {
-  std::string d = t.qname + " " + qtypeName(t.qtype) + ": ";
-  if (t.verdict == Verdict::ServerError) return d + (t.rcode ? rcodeName(*t.rcode) : "error");
-  if (t.verdict == Verdict::Answered) return d + "answered";
-  d += "no answer, last seen at " + std::string(hopName(t.last_hop));
-  if (t.verdict == Verdict::ServiceTranslationMissing)
-    d += " with the service IP " + t.original_daddr + " untranslated";
-  if (!t.drop_reason.empty())
-    d += ", kernel drop " + t.drop_reason +
-         (t.drop_hop == Hop::Unknown ? " beyond the traced hops"
-                                     : " at " + std::string(hopName(t.drop_hop)));
-  return d;
+  return t.qname + " " + qtypeName(t.qtype) + ": " + verdictDetail(t);
 }
 
 const prometheus::Histogram::BucketBoundaries kLatencyBuckets{
@@ -48,8 +43,8 @@ struct Accounting::Metrics {
   explicit Metrics(prometheus::Registry& r)
       : queries(prometheus::BuildCounter()
                     .Name("nodegate_dns_queries_total")
-                    .Help("Guest DNS queries by final result (answered, server_error, unanswered, "
-                          "service_translation_missing)")
+                    .Help("Guest DNS queries by final result (the tracer's verdict names, "
+                          "docs/metrics.md)")
                     .Register(r)),
         latency(prometheus::BuildHistogram()
                     .Name("nodegate_dns_hop_latency_seconds")
@@ -272,7 +267,7 @@ Accounting::Summary Accounting::summarize(std::chrono::system_clock::time_point 
     // The newest verdict is the guest's state: an answer after a failure means it recovered.
     g.state = stateOf(it->second.newest);
     g.detail = it->second.newest_detail;
-    for (const auto& e : q) (e.verdict == Verdict::Answered ? g.answered : g.failed)++;
+    for (const auto& e : q) (serverAnswered(e.verdict) ? g.answered : g.failed)++;
     s.queries_in_window += g.answered + g.failed;
     states[g.vmi] = g.state;
     s.vms.push_back(std::move(g));

@@ -56,8 +56,47 @@ std::string_view verdictName(Verdict v) {
       return "unanswered";
     case Verdict::ServiceTranslationMissing:
       return "service_translation_missing";
+    case Verdict::NotFound:
+      return "not_found";
+    case Verdict::Refused:
+      return "refused";
+    case Verdict::Unreachable:
+      return "unreachable";
+    case Verdict::ConnectionRefused:
+      return "connection_refused";
+    case Verdict::SlowFailover:
+      return "slow_failover";
+    case Verdict::TruncatedTcpFailed:
+      return "truncated_tcp_failed";
   }
   return "unknown";
+}
+
+const std::vector<Verdict>& finishedVerdicts() {
+  static const std::vector<Verdict> kAll = {
+      Verdict::Answered,     Verdict::ServerError,
+      Verdict::Unanswered,   Verdict::ServiceTranslationMissing,
+      Verdict::NotFound,     Verdict::Refused,
+      Verdict::Unreachable,  Verdict::ConnectionRefused,
+      Verdict::SlowFailover, Verdict::TruncatedTcpFailed};
+  return kAll;
+}
+
+Verdict answerVerdict(std::uint8_t rcode, bool no_answers) {
+  switch (rcode) {
+    case 0:
+      return no_answers ? Verdict::NotFound : Verdict::Answered;
+    case 3:
+      return Verdict::NotFound;
+    case 5:
+      return Verdict::Refused;
+    default:
+      return Verdict::ServerError;
+  }
+}
+
+bool serverAnswered(Verdict v) {
+  return v == Verdict::Answered || v == Verdict::NotFound || v == Verdict::SlowFailover;
 }
 
 std::string rcodeName(unsigned rcode) {
@@ -100,6 +139,29 @@ std::string qtypeName(unsigned qtype) {
 // NXDOMAIN is an answer (the name does not exist); the others mean the server failed the client.
 bool isErrorRcode(unsigned rcode) {
   return rcode != 0 && rcode != 3;
+}
+
+std::string icmpUnreachableName(bool ipv6, unsigned code) {
+  static const char* const k4[] = {"net-unreachable",
+                                   "host-unreachable",
+                                   "protocol-unreachable",
+                                   "port-unreachable",
+                                   "fragmentation-needed",
+                                   "source-route-failed",
+                                   "net-unknown",
+                                   "host-unknown",
+                                   "source-host-isolated",
+                                   "net-prohibited",
+                                   "host-prohibited",
+                                   "net-unreachable-for-tos",
+                                   "host-unreachable-for-tos",
+                                   "admin-prohibited"};
+  static const char* const k6[] = {
+      "no-route",         "admin-prohibited", "beyond-scope", "address-unreachable",
+      "port-unreachable", "policy-fail",      "reject-route"};
+  if (!ipv6 && code < std::size(k4)) return k4[code];
+  if (ipv6 && code < std::size(k6)) return k6[code];
+  return "code " + std::to_string(code);
 }
 
 namespace {
@@ -160,15 +222,17 @@ std::optional<std::uint64_t> QueryTrace::latencyNs() const {
 }
 
 Correlator::Key Correlator::keyOf(const Observation& o) {
-  return {o.id, lower(o.qname), o.qtype, o.tcp};
+  return {lower(o.qname), o.qtype, o.tcp, o.id};
 }
 
 Correlator::Key Correlator::keyOf(const QueryTrace& t) {
-  return {t.id, t.qname, t.qtype, t.tcp};
+  return {t.qname, t.qtype, t.tcp, t.id};
 }
 
 void Correlator::observe(const Observation& o) {
   ++stats_.observations;
+  if (o.syn || o.rst) return observeTcpControl(o);
+  if (o.icmp) return observeIcmp(o);
   if (o.drop) {
     QueryTrace* t = findForDrop(o);
     if (!t) {
@@ -186,17 +250,20 @@ void Correlator::observe(const Observation& o) {
     t->last_ns = std::max(t->last_ns, o.ts_ns);
     return;
   }
-  if (!o.response) {
-    std::uint64_t retry_of = 0;
-    QueryTrace* t = findForQuery(o, &retry_of);
-    if (!t) {
-      t = &start(o);
-      t->retry_of = retry_of;
-    }
-    t->query_path.push_back(toSighting(o));
-    t->last_ns = std::max(t->last_ns, o.ts_ns);
-    return;
+  if (o.response) return observeResponse(o);
+  // A query over TCP on a connection whose opening was seen: the connection did its job.
+  if (o.tcp && !by_isn_.empty()) connectionEstablished(o);
+  std::uint64_t retry_of = 0;
+  QueryTrace* t = findForQuery(o, &retry_of);
+  if (!t) {
+    t = &start(o);
+    t->retry_of = retry_of;
   }
+  t->query_path.push_back(toSighting(o));
+  t->last_ns = std::max(t->last_ns, o.ts_ns);
+}
+
+void Correlator::observeResponse(const Observation& o) {
   QueryTrace* t = findForResponse(o);
   if (!t) {
     ++stats_.orphan_responses;
@@ -205,23 +272,158 @@ void Correlator::observe(const Observation& o) {
   t->response_path.push_back(toSighting(o));
   t->last_ns = std::max(t->last_ns, o.ts_ns);
   t->rcode = o.rcode;
+  // A truncated answer often carries no records at all (they did not fit): that is not NODATA.
+  t->no_answers = o.no_answers && !o.truncated;
   t->truncated = t->truncated || o.truncated;
   // The answer reached the first hop the query was seen at: nothing further will happen to it.
   if (o.hop <= lowestHop(t->query_path))
-    finish(t->seq, isErrorRcode(o.rcode) ? Verdict::ServerError : Verdict::Answered, o.ts_ns);
+    finish(t->seq, answerVerdict(o.rcode, t->no_answers), o.ts_ns);
+}
+
+// An ICMP error is matched to its query by the quoted DNS header where the quote has one, by the
+// connection's ISN for TCP, else by the quoted ports and destination as seen at the same hop (the
+// NATs rewrite the quote as they rewrite the query, so it matches that hop's sighting).
+void Correlator::observeIcmp(const Observation& o) {
+  // Fragmentation needed is path MTU discovery at work, not a refusal of the query.
+  if (!o.ipv6 && o.icmp_code == 4) return;
+  QueryTrace* t = nullptr;
+  if (o.tcp) {
+    t = findConnection(o.tcp_seq, o);
+  } else if (!o.qname.empty()) {
+    auto it = by_key_.find(keyOf(o));
+    if (it != by_key_.end())
+      for (auto r = it->second.rbegin(); r != it->second.rend() && !t; ++r)
+        if (sameVmi(o, in_flight_.at(*r))) t = &in_flight_.at(*r);
+  }
+  if (!t) t = findByTuple(o, TupleMatch::Quoted, false);
+  if (!t) {
+    ++stats_.orphan_errors;
+    return;
+  }
+  if (!t->icmp_code) {
+    t->icmp_code = o.icmp_code;
+    t->icmp_from = o.saddr;
+    t->icmp_hop = o.hop;
+  }
+  t->last_ns = std::max(t->last_ns, o.ts_ns);
+  // Back at the guest: classified now (Unreachable, unless the query left untranslated).
+  if (o.hop <= lowestHop(t->query_path)) finish(t->seq, Verdict::InFlight, o.ts_ns);
+}
+
+// SYN, SYN+ACK and RST of TCP connections to port 53. A client's SYN opens a connect_only trace
+// named by its ISN; the server's SYN+ACK and a RST answering the SYN acknowledge ISN + 1, which
+// both NATs leave alone. A RST later in the connection is matched by its addresses at its hop.
+void Correlator::observeTcpControl(const Observation& o) {
+  if (o.syn && !o.ack) {
+    if (!o.drop) return startConnection(o);
+    QueryTrace* t = findConnection(o.tcp_seq, o);
+    if (!t) {
+      ++stats_.orphan_drops;
+    } else if (t->drop_reason.empty()) {
+      t->drop_reason = o.drop_reason;
+      t->drop_hop = o.hop;
+      t->drop_daddr = o.daddr;
+    }
+    return;
+  }
+  if (o.drop) return;  // a dropped SYN+ACK or RST: the guest just sees nothing
+  QueryTrace* t = o.ack ? findConnection(o.tcp_seq - 1, o) : nullptr;
+  if (!t && o.rst) t = findByTuple(o, TupleMatch::Reversed, false);
+  if (!t) {
+    if (o.rst) ++stats_.orphan_errors;
+    return;
+  }
+  t->last_ns = std::max(t->last_ns, o.ts_ns);
+  if (o.syn) {
+    t->connected = true;
+    if (!sightingAt(t->response_path, o.hop)) t->response_path.push_back(toSighting(o));
+    return;
+  }
+  if (t->reset_hop == Hop::Unknown) t->reset_hop = o.hop;
+  if (o.hop <= lowestHop(t->query_path)) finish(t->seq, Verdict::ConnectionRefused, o.ts_ns);
+}
+
+QueryTrace* Correlator::findConnection(std::uint32_t isn, const Observation& o) {
+  auto it = by_isn_.find(isn);
+  if (it == by_isn_.end()) return nullptr;
+  QueryTrace& t = in_flight_.at(it->second);
+  return sameVmi(o, t) ? &t : nullptr;
+}
+
+// The newest in-flight trace of the observation's transport whose query was seen at the
+// observation's hop with the observation's addresses: the same ones (Same), the other way round (a
+// segment from the server, Reversed), or the quoted destination and source port of an ICMP error
+// (Quoted: its source address is the ICMP's sender). A linear walk: only ICMP errors, resets and
+// TCP queries on an opened connection take it.
+QueryTrace* Correlator::findByTuple(const Observation& o, TupleMatch how, bool connections) {
+  for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it) {
+    QueryTrace& t = it->second;
+    if (t.tcp != o.tcp || !sameVmi(o, t) || (connections && !t.connect_only)) continue;
+    const Sighting* s = sightingAt(t.query_path, o.hop);
+    if (!s) continue;
+    bool match = false;
+    switch (how) {
+      case TupleMatch::Same:
+        match = s->saddr == o.saddr && s->sport == o.sport && s->daddr == o.daddr &&
+                s->dport == o.dport;
+        break;
+      case TupleMatch::Reversed:
+        match = s->saddr == o.daddr && s->sport == o.dport && s->daddr == o.saddr &&
+                s->dport == o.sport;
+        break;
+      case TupleMatch::Quoted:
+        match = s->sport == o.sport && s->daddr == o.daddr && s->dport == o.dport;
+        break;
+    }
+    if (match) return &t;
+  }
+  return nullptr;
+}
+
+void Correlator::startConnection(const Observation& o) {
+  if (QueryTrace* t = findConnection(o.tcp_seq, o)) {
+    // The SYN at the next hop, or the client sending it again (same ISN) where it was seen.
+    if (!sightingAt(t->query_path, o.hop)) t->query_path.push_back(toSighting(o));
+    t->last_ns = std::max(t->last_ns, o.ts_ns);
+    return;
+  }
+  makeRoom();
+  QueryTrace t;
+  t.seq = next_seq_++;
+  t.vmi = o.vmi;
+  t.tcp = true;
+  t.ipv6 = o.ipv6;
+  t.connect_only = true;
+  t.isn = o.tcp_seq;
+  t.original_daddr = o.daddr;
+  t.first_ns = t.last_ns = o.ts_ns;
+  t.query_path.push_back(toSighting(o));
+  linkTcpRetry(t);
+  by_isn_[t.isn] = t.seq;
+  in_flight_.emplace(t.seq, std::move(t));
+}
+
+// A query went over a connection whose SYN opened a connect_only trace: that trace is done with,
+// silently (the query's own trace tells what happened; start() links it to a truncated answer).
+void Correlator::connectionEstablished(const Observation& o) {
+  QueryTrace* c = findByTuple(o, TupleMatch::Same, true);
+  if (!c) return;
+  by_isn_.erase(c->isn);
+  in_flight_.erase(c->seq);
+}
+
+// Evicting is counted rather than reported as "unanswered": the engine, not the network, lost
+// track of it.
+void Correlator::makeRoom() {
+  if (in_flight_.size() < limits_.max_in_flight || in_flight_.empty()) return;
+  auto oldest = in_flight_.begin();
+  unindex(oldest->second);
+  in_flight_.erase(oldest);
+  ++stats_.evicted_in_flight;
 }
 
 QueryTrace& Correlator::start(const Observation& o) {
-  if (in_flight_.size() >= limits_.max_in_flight && !in_flight_.empty()) {
-    // Evicting is counted rather than reported as "unanswered": the engine, not the network,
-    // lost track of it.
-    auto oldest = in_flight_.begin();
-    auto& seqs = by_key_[keyOf(oldest->second)];
-    seqs.erase(std::remove(seqs.begin(), seqs.end(), oldest->first), seqs.end());
-    if (seqs.empty()) by_key_.erase(keyOf(oldest->second));
-    in_flight_.erase(oldest);
-    ++stats_.evicted_in_flight;
-  }
+  makeRoom();
   QueryTrace t;
   t.seq = next_seq_++;
   t.vmi = o.vmi;
@@ -234,6 +436,7 @@ QueryTrace& Correlator::start(const Observation& o) {
   t.first_ns = o.ts_ns;
   t.last_ns = o.ts_ns;
   if (t.tcp) linkTcpRetry(t);
+  if (!t.vmi.empty()) linkFailover(t);
   by_key_[keyOf(t)].push_back(t.seq);
   return in_flight_.emplace(t.seq, std::move(t)).first->second;
 }
@@ -268,17 +471,25 @@ QueryTrace* Correlator::findForResponse(const Observation& o) {
   if (it == by_key_.end()) return nullptr;
   // An answer on its way back belongs to the attempt whose answer was already seen further out,
   // else to one whose query got at least this far; oldest first, since with a retry in flight the
-  // server answers both in order. An attempt lost on the way out cannot be answered.
-  QueryTrace* reached = nullptr;
-  QueryTrace* any = nullptr;
-  for (std::uint64_t seq : it->second) {
-    QueryTrace& t = in_flight_.at(seq);
-    if (!sameVmi(o, t) || sightingAt(t.response_path, o.hop)) continue;
-    if (!t.response_path.empty()) return &t;
-    if (!reached && highestHop(t.query_path) >= o.hop) reached = &t;
-    if (!any) any = &t;
+  // server answers both in order. An attempt lost on the way out cannot be answered. An answer
+  // comes from where the query went at the same hop: with attempts at two servers in flight (slow
+  // failover, same id) the second server's answer is the second attempt's. That is a preference,
+  // not a rule: a device whose two directions see different NAT states still matches.
+  for (const bool same_server : {true, false}) {
+    QueryTrace* reached = nullptr;
+    QueryTrace* any = nullptr;
+    for (std::uint64_t seq : it->second) {
+      QueryTrace& t = in_flight_.at(seq);
+      if (!sameVmi(o, t) || sightingAt(t.response_path, o.hop)) continue;
+      const Sighting* q = sightingAt(t.query_path, o.hop);
+      if (same_server && q && (q->daddr != o.saddr || q->dport != o.sport)) continue;
+      if (!t.response_path.empty()) return &t;
+      if (!reached && highestHop(t.query_path) >= o.hop) reached = &t;
+      if (!any) any = &t;
+    }
+    if (reached || any) return reached ? reached : any;
   }
-  return reached ? reached : any;
+  return nullptr;
 }
 
 QueryTrace* Correlator::findForDrop(const Observation& o) {
@@ -292,9 +503,28 @@ QueryTrace* Correlator::findForDrop(const Observation& o) {
   return nullptr;
 }
 
-void Correlator::linkTcpRetry(QueryTrace& t) const {
+void Correlator::linkTcpRetry(QueryTrace& t) {
   // A resolver that gets a truncated UDP answer asks again over TCP, often with a new id; the
-  // question and the guest are what tie the two together.
+  // question and the guest are what tie the two together. A connection seen only by its SYN has no
+  // question yet: the truncated answer from the same server is what it retries.
+  for (auto it = awaiting_tcp_.rbegin(); it != awaiting_tcp_.rend(); ++it) {
+    QueryTrace& u = it->second;
+    if (u.vmi != t.vmi || t.first_ns < u.last_ns ||
+        t.first_ns - u.last_ns > limits_.tcp_link_window_ns)
+      continue;
+    if (t.connect_only ? u.original_daddr != t.original_daddr || u.tcp_retried_by != 0
+                       : u.qname != t.qname || u.qtype != t.qtype)
+      continue;
+    t.tcp_retry_of = u.seq;
+    u.tcp_retried_by = t.seq;
+    if (t.connect_only) {
+      t.qname = u.qname;  // what the connection is for, for the reader
+      t.qtype = u.qtype;
+    }
+    return;
+  }
+  if (t.connect_only) return;
+  // A truncated answer finished another way (its answer missed the first hop).
   std::size_t looked = 0;
   for (auto it = done_.rbegin(); it != done_.rend() && looked < 256; ++it, ++looked) {
     const QueryTrace& u = *it;
@@ -306,10 +536,41 @@ void Correlator::linkTcpRetry(QueryTrace& t) const {
   }
 }
 
+// A resolver with several nameservers asks the next one when the first stays silent for its
+// timeout (glibc: resolv.conf `options timeout:N`, at least 1 s), with the same question and, in
+// glibc, the same id. A query that starts while an earlier attempt at the same question from the
+// same guest to another server is still unanswered follows that attempt; sooner than
+// kMinFailoverNs it is a resolver asking every server at once (musl), not a failover.
+void Correlator::linkFailover(QueryTrace& t) const {
+  constexpr std::uint64_t kMinFailoverNs = 200'000'000;
+  const QueryTrace* best = nullptr;
+  for (auto it = by_key_.lower_bound(Key{t.qname, t.qtype, t.tcp, 0});
+       it != by_key_.end() && it->first.qname == t.qname && it->first.qtype == t.qtype &&
+       it->first.tcp == t.tcp;
+       ++it) {
+    for (std::uint64_t seq : it->second) {
+      const QueryTrace& u = in_flight_.at(seq);
+      if (u.vmi != t.vmi || !u.response_path.empty() || u.icmp_code ||
+          u.reset_hop != Hop::Unknown || u.original_daddr == t.original_daddr ||
+          u.first_ns + kMinFailoverNs > t.first_ns)
+        continue;
+      if (!best || u.first_ns > best->first_ns) best = &u;
+    }
+  }
+  if (!best) return;
+  t.failover_of = best->seq;
+  t.failover_server = best->original_daddr;
+  t.failover_lost_ns = t.first_ns - best->first_ns;
+}
+
 void Correlator::classifyUnanswered(QueryTrace& t) const {
-  if (!t.response_path.empty()) {
-    // The answer got part of the way back (the first hop missed it): still an answer.
-    t.verdict = t.rcode && isErrorRcode(*t.rcode) ? Verdict::ServerError : Verdict::Answered;
+  // What came back part of the way (the first hop missed it) still says what happened.
+  if (t.reset_hop != Hop::Unknown) {
+    t.verdict = Verdict::ConnectionRefused;
+    return;
+  }
+  if (!t.response_path.empty() && !t.connect_only) {
+    t.verdict = answerVerdict(t.rcode.value_or(0), t.no_answers);
     return;
   }
   bool reached_host = false, translated = false, untranslated_evidence = false;
@@ -329,33 +590,104 @@ void Correlator::classifyUnanswered(QueryTrace& t) const {
   }
   if (reached_host && !translated && beyond_host_traced_) untranslated_evidence = true;
   if (server_addrs_.count(t.original_daddr)) untranslated_evidence = false;
+  // An ICMP error for a query that left untranslated (no route for the ClusterIP) is a symptom:
+  // the missing translation is the cause.
   t.verdict = reached_host && !translated && untranslated_evidence
                   ? Verdict::ServiceTranslationMissing
-                  : Verdict::Unanswered;
+              : t.icmp_code ? Verdict::Unreachable
+                            : Verdict::Unanswered;
+}
+
+void Correlator::unindex(const QueryTrace& t) {
+  if (t.connect_only) {
+    by_isn_.erase(t.isn);
+    return;
+  }
+  const Key key = keyOf(t);
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return;
+  auto& seqs = it->second;
+  seqs.erase(std::remove(seqs.begin(), seqs.end(), t.seq), seqs.end());
+  if (seqs.empty()) by_key_.erase(it);
 }
 
 void Correlator::finish(std::uint64_t seq, Verdict v, std::uint64_t now_ns) {
   auto node = in_flight_.extract(seq);
   if (node.empty()) return;
   QueryTrace t = std::move(node.mapped());
-  const Key key = keyOf(t);
-  auto& seqs = by_key_[key];
-  seqs.erase(std::remove(seqs.begin(), seqs.end(), seq), seqs.end());
-  if (seqs.empty()) by_key_.erase(key);
+  unindex(t);
 
   t.done_ns = now_ns;
   if (v == Verdict::InFlight)
     classifyUnanswered(t);
   else
     t.verdict = v;
+  // The answer came, but only after the guest had waited for another server.
+  if (t.failover_of && (t.verdict == Verdict::Answered || t.verdict == Verdict::NotFound))
+    t.verdict = Verdict::SlowFailover;
   t.last_hop = t.response_path.empty() ? highestHop(t.query_path) : lowestHop(t.response_path);
+  // A connection that opened and carried no query we saw (a health check, or a query on a path
+  // we do not trace) is no DNS failure.
+  if (t.connect_only && t.connected && v == Verdict::InFlight) return;
+  // A truncated answer that reached the guest: its TCP retry decides (settleTruncated()).
+  if (t.truncated && !t.tcp && v != Verdict::InFlight) {
+    if (awaiting_tcp_.size() >= limits_.max_in_flight) {
+      QueryTrace oldest = std::move(awaiting_tcp_.begin()->second);
+      awaiting_tcp_.erase(awaiting_tcp_.begin());
+      ++stats_.evicted_in_flight;
+      retire(std::move(oldest));  // keeps the verdict of its own answer
+    }
+    awaiting_tcp_.emplace(t.seq, std::move(t));
+    return;
+  }
+  retire(std::move(t));
+}
 
+void Correlator::retire(QueryTrace t) {
+  const bool settles = t.tcp && t.tcp_retry_of != 0;
   newly_done_.push_back(t);
   if (newly_done_.size() > limits_.max_done) newly_done_.erase(newly_done_.begin());
   done_.push_back(std::move(t));
   while (done_.size() > limits_.max_done) {
     done_.pop_front();
     ++stats_.evicted_done;
+  }
+  if (settles) settleTruncated(done_.back());
+}
+
+// A TCP retry finished: the truncated answer it retried keeps its own verdict if the retry got a
+// DNS answer, and is TruncatedTcpFailed otherwise.
+void Correlator::settleTruncated(const QueryTrace& tcp) {
+  auto it = awaiting_tcp_.find(tcp.tcp_retry_of);
+  if (it == awaiting_tcp_.end() || it->second.tcp_retried_by != tcp.seq) return;
+  QueryTrace u = std::move(it->second);
+  awaiting_tcp_.erase(it);
+  const bool got_answer = serverAnswered(tcp.verdict) || tcp.verdict == Verdict::ServerError ||
+                          tcp.verdict == Verdict::Refused;
+  if (!got_answer) {
+    u.verdict = Verdict::TruncatedTcpFailed;
+    u.tcp_failure = "TCP retry " + std::string(verdictName(tcp.verdict));
+  }
+  u.done_ns = tcp.done_ns;
+  retire(std::move(u));
+}
+
+// Truncated answers whose TCP retry never came within the link window, or was never seen to
+// finish (a connection that opened and carried nothing we saw, an evicted trace).
+void Correlator::finishAwaiting(std::uint64_t now_ns) {
+  for (auto it = awaiting_tcp_.begin(); it != awaiting_tcp_.end();) {
+    const QueryTrace& u = it->second;
+    const bool linked = u.tcp_retried_by != 0;
+    if (now_ns < u.last_ns + limits_.tcp_link_window_ns + (linked ? limits_.timeout_ns : 0)) {
+      ++it;
+      continue;
+    }
+    QueryTrace t = std::move(it->second);
+    it = awaiting_tcp_.erase(it);
+    t.verdict = Verdict::TruncatedTcpFailed;
+    t.tcp_failure = linked ? "TCP retry not seen to finish" : "no TCP retry";
+    t.done_ns = now_ns;
+    retire(std::move(t));
   }
 }
 
@@ -364,6 +696,7 @@ std::vector<QueryTrace> Correlator::expire(std::uint64_t now_ns) {
   for (const auto& [seq, t] : in_flight_)
     if (now_ns >= t.first_ns + limits_.timeout_ns) old.push_back(seq);
   for (std::uint64_t seq : old) finish(seq, Verdict::InFlight, now_ns);
+  finishAwaiting(now_ns);
   std::vector<QueryTrace> out;
   out.swap(newly_done_);
   return out;

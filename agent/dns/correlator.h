@@ -20,7 +20,10 @@
 
 namespace nodegate::dns {
 
-// One packet seen at one hop, or one DNS packet the kernel freed with a drop reason.
+// One packet seen at one hop, or one DNS packet the kernel freed with a drop reason. Besides DNS
+// messages: an ICMP unreachable quoting a query (icmp: addresses and ports are the quoted query's,
+// except saddr, the ICMP's sender; id and qname only when the quote held the DNS header), and the
+// segments that open or refuse a TCP connection to port 53 (syn/rst: no DNS fields at all).
 struct Observation {
   std::uint64_t ts_ns = 0;
   Hop hop = Hop::Unknown;
@@ -38,6 +41,12 @@ struct Observation {
   std::uint16_t qtype = 0;
   std::uint8_t rcode = 0;
   std::string qname;
+  bool no_answers = false;  // response with no answer records (NODATA when NOERROR)
+  bool icmp = false;
+  std::uint8_t icmp_code = 0;
+  bool syn = false, rst = false, ack = false;
+  // syn/rst, icmp about TCP: the sequence number, or with ack the acknowledgement number
+  std::uint32_t tcp_seq = 0;
 };
 
 struct Sighting {
@@ -47,15 +56,30 @@ struct Sighting {
   std::uint16_t sport = 0, dport = 0;
 };
 
+// Each failure belongs to a layer (verdictHint() names it), so each is a verdict of its own.
 enum class Verdict {
   InFlight,
-  Answered,                   // a response reached the first traced hop (any rcode but errors)
-  ServerError,                // answered with SERVFAIL, REFUSED, FORMERR, NOTIMP...
+  Answered,                   // a response with answer records reached the first traced hop
+  ServerError,                // answered with SERVFAIL, FORMERR, NOTIMP or another error rcode
   Unanswered,                 // no response before the timeout
   ServiceTranslationMissing,  // unanswered and seen leaving the host with the service IP still
                               // as destination (the Cilium socket-LB incident)
+  NotFound,                   // NXDOMAIN, or NOERROR without answer records (NODATA)
+  Refused,                    // answered REFUSED (policy)
+  Unreachable,                // an ICMP destination unreachable came back for the query
+  ConnectionRefused,          // TCP: the server side reset the connection (RST from port 53)
+  SlowFailover,               // answered by another server after the one the guest asked first had
+                              // not answered: the lookup waited the guest's timeout
+  TruncatedTcpFailed,         // a truncated UDP answer whose TCP retry failed or never came
 };
 std::string_view verdictName(Verdict v);  // stable: metric "result" label and API
+// Every verdict a finished trace can have, in enum order (docs, tests, label sets).
+const std::vector<Verdict>& finishedVerdicts();
+// The verdict of a DNS answer by its rcode and whether it carried answer records.
+Verdict answerVerdict(std::uint8_t rcode, bool no_answers);
+// True for the verdicts of a query the server answered without an error of its own (the guest got
+// an answer it can use, though maybe late or negative).
+bool serverAnswered(Verdict v);
 
 struct QueryTrace {
   std::uint64_t seq = 0;  // unique per engine, increasing
@@ -79,6 +103,26 @@ struct QueryTrace {
   Hop last_hop = Hop::Unknown;  // furthest hop reached (query or response direction)
   std::string original_daddr;   // destination as the guest sent it
   std::uint64_t first_ns = 0, last_ns = 0, done_ns = 0;
+  bool no_answers = false;  // the answer had no answer records
+  // An ICMP unreachable for the query: its code, sender and the hop it was seen at.
+  std::optional<std::uint8_t> icmp_code;
+  std::string icmp_from;
+  Hop icmp_hop = Hop::Unknown;
+  Hop reset_hop = Hop::Unknown;  // a TCP RST from port 53 was seen here (Unknown: none)
+  // A TCP connection attempt seen only as segments without a message (SYN, RST): qname is empty,
+  // or the name of the truncated query it retries. The ISN names it across the NATs.
+  bool connect_only = false;
+  bool connected = false;  // connect_only: the server's SYN+ACK was seen
+  std::uint32_t isn = 0;
+  // Slow failover: the unanswered attempt to another server this query followed, that server (as
+  // the guest addressed it) and the time the lookup lost waiting for it.
+  std::uint64_t failover_of = 0;
+  std::string failover_server;
+  std::uint64_t failover_lost_ns = 0;
+  // A truncated answer: the TCP trace that retried it (0: none) and, for TruncatedTcpFailed, how
+  // the retry ended ("no TCP retry" or the TCP trace's verdict).
+  std::uint64_t tcp_retried_by = 0;
+  std::string tcp_failure;
 
   // Round trip seen at a hop: response time minus query time there, if both were seen.
   std::optional<std::uint64_t> hopLatencyNs(Hop h) const;
@@ -97,6 +141,7 @@ struct CorrelatorStats {
   std::uint64_t observations = 0;
   std::uint64_t orphan_responses = 0;  // response with no query in flight
   std::uint64_t orphan_drops = 0;
+  std::uint64_t orphan_errors = 0;      // ICMP unreachable or TCP RST matching no query
   std::uint64_t evicted_in_flight = 0;  // in-flight cap reached
   std::uint64_t evicted_done = 0;       // finished traces rotated out
 };
@@ -120,23 +165,40 @@ class Correlator {
   // The DNS servers' own addresses (CoreDNS endpoints from the API): a query sent straight to
   // one needs no service translation, so losing it is never "translation missing".
   void setServerAddresses(std::set<std::string> addrs) { server_addrs_ = std::move(addrs); }
+  // Truncated answers waiting for the outcome of their TCP retry.
+  std::size_t awaitingTcp() const { return awaiting_tcp_.size(); }
 
  private:
   // The VMI is not part of the index key: hops shared by every VM (the DNS server's side, kernel
-  // drops) report none, and match a query of any VM; hops that know theirs filter on it.
+  // drops) report none, and match a query of any VM; hops that know theirs filter on it. The name
+  // comes first so that every id asked for one name is one range (slow failover).
   struct Key {
-    std::uint16_t id;
     std::string qname;
     std::uint16_t qtype;
     bool tcp;
+    std::uint16_t id;
     auto operator<=>(const Key&) const = default;
   };
   QueryTrace* findForQuery(const Observation& o, std::uint64_t* retry_of);
   QueryTrace* findForResponse(const Observation& o);
   QueryTrace* findForDrop(const Observation& o);
+  enum class TupleMatch { Same, Reversed, Quoted };
+  QueryTrace* findByTuple(const Observation& o, TupleMatch how, bool connections);
+  QueryTrace* findConnection(std::uint32_t isn, const Observation& o);
   QueryTrace& start(const Observation& o);
+  void makeRoom();
+  void observeResponse(const Observation& o);
+  void observeIcmp(const Observation& o);
+  void observeTcpControl(const Observation& o);
+  void startConnection(const Observation& o);
+  void connectionEstablished(const Observation& o);
   void finish(std::uint64_t seq, Verdict v, std::uint64_t now_ns);
-  void linkTcpRetry(QueryTrace& t) const;
+  void unindex(const QueryTrace& t);
+  void settleTruncated(const QueryTrace& tcp);
+  void finishAwaiting(std::uint64_t now_ns);
+  void retire(QueryTrace t);
+  void linkTcpRetry(QueryTrace& t);
+  void linkFailover(QueryTrace& t) const;
   void classifyUnanswered(QueryTrace& t) const;
   static Key keyOf(const Observation& o);
   static Key keyOf(const QueryTrace& t);
@@ -148,6 +210,9 @@ class Correlator {
   std::uint64_t next_seq_ = 1;
   std::map<std::uint64_t, QueryTrace> in_flight_;     // by seq: oldest first, for eviction
   std::map<Key, std::vector<std::uint64_t>> by_key_;  // seqs in flight per key, oldest first
+  std::map<std::uint32_t, std::uint64_t> by_isn_;     // connect_only traces in flight by ISN
+  // Truncated UDP answers, finished but for the verdict their TCP retry decides (by seq).
+  std::map<std::uint64_t, QueryTrace> awaiting_tcp_;
   std::deque<QueryTrace> done_;
   std::vector<QueryTrace> newly_done_;
 };
@@ -156,5 +221,8 @@ class Correlator {
 std::string rcodeName(unsigned rcode);
 std::string qtypeName(unsigned qtype);
 bool isErrorRcode(unsigned rcode);
+// "port-unreachable", "host-unreachable", "admin-prohibited"... for the code of an ICMP (ipv6:
+// ICMPv6) destination unreachable; "code N" for others.
+std::string icmpUnreachableName(bool ipv6, unsigned code);
 
 }  // namespace nodegate::dns

@@ -49,6 +49,13 @@ Observation observationOf(const ng_dns_event& ev, const DnsTracer& tracer) {
   o.qtype = ev.qtype;
   o.rcode = ev.rcode;
   o.qname.assign(ev.qname, strnlen(ev.qname, sizeof ev.qname));
+  o.no_answers = ev.flags & NG_F_NOANS;
+  o.icmp = ev.flags & NG_F_ICMP;
+  o.icmp_code = o.icmp ? ev.rcode : 0;
+  o.syn = ev.flags & NG_F_SYN;
+  o.rst = ev.flags & NG_F_RST;
+  o.ack = ev.flags & NG_F_ACK;
+  o.tcp_seq = ev.tcp_seq;
   if (o.drop) o.drop_reason = tracer.dropReasonName(ev.drop_reason);
   o.hop = hopFromNumber(ev.hop);
   return o;
@@ -221,7 +228,9 @@ void DnsService::Impl::stopEvents() {
 
 // The tracer's poll thread: an event of a traced device (or a kernel drop anywhere) to the engine.
 void DnsService::Impl::onEvent(const ng_dns_event& ev) {
-  if (ev.flags & NG_F_PARSE_ERR) return;  // port 53 but not DNS: nothing to correlate
+  // Port 53 but not DNS: nothing to correlate (an ICMP error's quote may be cut mid-question: it
+  // is still matched by its ports).
+  if ((ev.flags & NG_F_PARSE_ERR) && !(ev.flags & NG_F_ICMP)) return;
   Observation o = observationOf(ev, *tracer);
   if (auto owner = attachments.owner(ev.netns_ino, static_cast<int>(ev.ifindex))) {
     o.vmi = std::move(owner->vmi);

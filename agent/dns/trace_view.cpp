@@ -62,6 +62,114 @@ bool flag(const nlohmann::json& j, const char* key) {
 
 }  // namespace
 
+namespace {
+
+std::string seconds(std::uint64_t ns) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", static_cast<double>(ns) / 1e9);
+  return buf;
+}
+
+// A name of the cluster's own zones (a Service: NAME.NAMESPACE.svc.DOMAIN), which only the
+// cluster's DNS can answer.
+bool clusterName(const std::string& qname) {
+  return qname.find(".svc.") != std::string::npos ||
+         (qname.size() > 4 && qname.compare(qname.size() - 4, 4, ".svc") == 0);
+}
+
+std::string icmpText(const QueryTrace& t) {
+  return "ICMP " + icmpUnreachableName(t.ipv6, t.icmp_code.value_or(0)) + " from " +
+         (t.icmp_from.empty() ? "?" : t.icmp_from) + " at " + std::string(hopName(t.icmp_hop));
+}
+
+std::string lostText(const QueryTrace& t) {
+  std::string d = "no answer, last seen at " + std::string(hopName(t.last_hop));
+  if (t.verdict == Verdict::ServiceTranslationMissing)
+    d += " with the service IP " + t.original_daddr + " untranslated";
+  if (!t.drop_reason.empty())
+    d += ", kernel drop " + t.drop_reason +
+         (t.drop_hop == Hop::Unknown ? " beyond the traced hops"
+                                     : " at " + std::string(hopName(t.drop_hop)));
+  return d;
+}
+
+}  // namespace
+
+std::string verdictDetail(const QueryTrace& t) {
+  const std::string rcode = t.rcode ? rcodeName(*t.rcode) : "error";
+  switch (t.verdict) {
+    case Verdict::Answered:
+      return "answered";
+    case Verdict::NotFound:
+      return (t.rcode.value_or(0) == 0 ? "NODATA (no " + qtypeName(t.qtype) + " records)" : rcode) +
+             " from " + t.original_daddr;
+    case Verdict::ServerError:
+      return rcode + " from " + t.original_daddr;
+    case Verdict::Refused:
+      return "REFUSED by " + t.original_daddr;
+    case Verdict::Unreachable:
+      return icmpText(t);
+    case Verdict::ConnectionRefused:
+      return "TCP connection to " + t.original_daddr + " port 53 reset at " +
+             std::string(hopName(t.reset_hop));
+    case Verdict::SlowFailover:
+      return "answered by " + t.original_daddr + " after " + t.failover_server +
+             " did not answer for " + seconds(t.failover_lost_ns);
+    case Verdict::TruncatedTcpFailed:
+      return "truncated over UDP, " + (t.tcp_failure.empty() ? "TCP retry failed" : t.tcp_failure);
+    case Verdict::InFlight:
+      return "in flight";
+    default:
+      return lostText(t);
+  }
+}
+
+std::string verdictHint(const QueryTrace& t) {
+  switch (t.verdict) {
+    case Verdict::NotFound:
+      if (clusterName(t.qname))
+        return "guest resolver configuration: a cluster name is unknown to " + t.original_daddr +
+               "; the guest asked a server that cannot see the cluster's zones (not the cluster "
+               "DNS), or that server forwards to a resolver that cannot";
+      return t.rcode.value_or(0) == 0
+                 ? "DNS data: the name exists but has no " + qtypeName(t.qtype) + " record"
+                 : "DNS data or guest configuration: the name does not exist where the guest "
+                   "asked (a typo, a search-domain expansion, or a server that cannot see the "
+                   "zone)";
+    case Verdict::ServerError:
+      return "DNS server: it failed the query (" +
+             (t.rcode ? rcodeName(*t.rcode) : std::string("error")) +
+             "); check its logs and its upstream (CoreDNS: the forward target)";
+    case Verdict::Refused:
+      return "DNS server policy: it refuses this client or this name (ACL, no recursion for the "
+             "client, a zone it does not serve)";
+    case Verdict::Unreachable:
+      return t.icmp_code && icmpUnreachableName(t.ipv6, *t.icmp_code) == "port-unreachable"
+                 ? "DNS server host: nothing listens on port 53 at " + t.original_daddr +
+                       ", or a firewall rejects the query"
+                 : "network: the server cannot be reached (no route, or a firewall rejects it)";
+    case Verdict::ConnectionRefused:
+      return "DNS server or firewall: port 53 over TCP is closed or reset (`reject with tcp "
+             "reset`, a server without TCP)";
+    case Verdict::SlowFailover:
+      return "guest resolver configuration: its first nameserver " + t.failover_server +
+             " does not answer, so every lookup waits the resolver's timeout first; fix or remove "
+             "it (dnsPolicy: None with explicit nameservers, options timeout:1 attempts:2)";
+    case Verdict::TruncatedTcpFailed:
+      return "network policy or guest resolver: the answer needs TCP, and DNS over TCP is blocked "
+             "on the path or the guest's resolver does not retry over TCP";
+    case Verdict::Unanswered:
+      return "network: the query was lost after " + std::string(hopName(t.last_hop)) +
+             (t.drop_reason.empty() ? "" : " (kernel drop " + t.drop_reason + ")");
+    case Verdict::ServiceTranslationMissing:
+      return "CNI service translation: the ClusterIP " + t.original_daddr +
+             " was not translated for traffic forwarded from the pod (Cilium socket LB: "
+             "socketLB.hostNamespaceOnly=true)";
+    default:
+      return "";
+  }
+}
+
 TimeBase TimeBase::now() {
   timespec mono{}, wall{};
   ::clock_gettime(CLOCK_MONOTONIC, &mono);
@@ -84,13 +192,35 @@ nlohmann::json traceJson(const QueryTrace& t, const TimeBase& base) {
   j["transport"] = t.tcp ? "tcp" : "udp";
   j["family"] = t.ipv6 ? "ipv6" : "ipv4";
   j["result"] = std::string(verdictName(t.verdict));
+  j["detail"] = verdictDetail(t);
+  const std::string hint = verdictHint(t);
+  j["hint"] = hint.empty() ? nlohmann::json(nullptr) : nlohmann::json(hint);
+  j["server"] = t.original_daddr;
   j["rcode"] = t.rcode ? nlohmann::json(rcodeName(*t.rcode)) : nlohmann::json(nullptr);
+  j["nodata"] = t.rcode.value_or(1) == 0 && t.no_answers;
+  j["connect_only"] = t.connect_only;
+  j["icmp"] = t.icmp_code ? nlohmann::json{{"type", icmpUnreachableName(t.ipv6, *t.icmp_code)},
+                                           {"code", *t.icmp_code},
+                                           {"from", t.icmp_from},
+                                           {"hop", std::string(hopName(t.icmp_hop))}}
+                          : nlohmann::json(nullptr);
+  j["reset_hop"] = t.reset_hop == Hop::Unknown ? nlohmann::json(nullptr)
+                                               : nlohmann::json(std::string(hopName(t.reset_hop)));
+  j["failover"] =
+      t.failover_of
+          ? nlohmann::json{{"unanswered_server", t.failover_server},
+                           {"lost_seconds", static_cast<double>(t.failover_lost_ns) / 1e9},
+                           {"first_attempt", t.failover_of}}
+          : nlohmann::json(nullptr);
   auto lat = t.latencyNs();
   j["latency_seconds"] =
       lat ? nlohmann::json(static_cast<double>(*lat) / 1e9) : nlohmann::json(nullptr);
   j["truncated"] = t.truncated;
   j["retry_of"] = t.retry_of;
   j["tcp_retry_of"] = t.tcp_retry_of;
+  j["tcp_retried_by"] = t.tcp_retried_by;
+  j["tcp_failure"] =
+      t.tcp_failure.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.tcp_failure);
   j["last_hop"] = std::string(hopName(t.last_hop));
   j["drop_reason"] =
       t.drop_reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.drop_reason);
@@ -110,9 +240,48 @@ nlohmann::json traceJson(const QueryTrace& t, const TimeBase& base) {
   return j;
 }
 
+namespace {
+
+// The answer and its timing, for the verdicts where one came back.
+std::string answerText(const nlohmann::json& t) {
+  std::string s = str(t, "rcode", "?");
+  if (flag(t, "nodata")) s = "NODATA (" + s + ", no answers)";
+  if (t.contains("latency_seconds") && t["latency_seconds"].is_number())
+    s += " in " + ms(t["latency_seconds"].get<double>());
+  if (flag(t, "truncated")) s += " TRUNCATED";
+  return s;
+}
+
+// What the CLI says after the hops: upper-case words for what went wrong, then the evidence.
+std::string resultText(const nlohmann::json& t) {
+  const std::string result = str(t, "result", "?");
+  if (result == "answered") return answerText(t);
+  if (result == "not_found")
+    return "NOT FOUND: " + answerText(t) + " from " + str(t, "server", "?");
+  if (result == "server_error") return "SERVER ERROR: " + answerText(t);
+  if (result == "refused") return "REFUSED: " + answerText(t);
+  if (result == "slow_failover" || result == "truncated_tcp_failed")
+    return answerText(t) + ", " + (result == "slow_failover" ? "SLOW FAILOVER: " : "TCP FAILED: ") +
+           str(t, "detail", "?");
+  if (result == "unreachable") return "UNREACHABLE: " + str(t, "detail", "?");
+  if (result == "connection_refused") return "CONNECTION REFUSED: " + str(t, "detail", "?");
+  std::string line = result == "service_translation_missing" ? "LOST: service IP not translated"
+                                                             : "LOST: no answer";
+  line += ", last seen at " + str(t, "last_hop", "?");
+  if (t.contains("drop_reason") && t["drop_reason"].is_string())
+    line += ", kernel drop " + str(t, "drop_reason") +
+            (str(t, "drop_hop", "unknown") == "unknown" ? " beyond the traced hops"
+                                                        : " at " + str(t, "drop_hop"));
+  return line;
+}
+
+}  // namespace
+
 std::string traceLine(const nlohmann::json& t) {
-  std::string line = str(t, "time", "-") + " " + str(t, "vmi", "?") + " " + str(t, "qtype", "?") +
-                     " " + str(t, "qname", "?") + " " + str(t, "transport", "udp");
+  const std::string qname = str(t, "qname", "?");
+  std::string line = str(t, "time", "-") + " " + str(t, "vmi", "?") + " " +
+                     (qname.empty() ? "(connection)" : str(t, "qtype", "?") + " " + qname) + " " +
+                     str(t, "transport", "udp");
   if (t.contains("id") && t["id"].is_number_unsigned()) {
     char id[16];
     std::snprintf(id, sizeof id, " id=0x%04x", t["id"].get<unsigned>());
@@ -136,25 +305,11 @@ std::string traceLine(const nlohmann::json& t) {
       if (!h.contains("response") || !h["response"].is_object()) line += " (no answer)";
     }
   }
-  line += " | ";
-  const std::string result = str(t, "result", "?");
-  if (result == "answered" || result == "server_error") {
-    line += str(t, "rcode", "?");
-    if (t.contains("latency_seconds") && t["latency_seconds"].is_number())
-      line += " in " + ms(t["latency_seconds"].get<double>());
-    if (flag(t, "truncated")) line += " TRUNCATED";
-  } else {
-    line += result == "service_translation_missing" ? "LOST: service IP not translated"
-                                                    : "LOST: no answer";
-    line += ", last seen at " + str(t, "last_hop", "?");
-    if (t.contains("drop_reason") && t["drop_reason"].is_string())
-      line += ", kernel drop " + str(t, "drop_reason") +
-              (str(t, "drop_hop", "unknown") == "unknown" ? " beyond the traced hops"
-                                                          : " at " + str(t, "drop_hop"));
-  }
+  line += " | " + resultText(t);
   if (num(t, "retry_of")) line += " (retry of #" + std::to_string(num(t, "retry_of")) + ")";
   if (num(t, "tcp_retry_of"))
     line += " (TCP retry of truncated #" + std::to_string(num(t, "tcp_retry_of")) + ")";
+  if (t.contains("hint") && t["hint"].is_string()) line += "\n    hint: " + str(t, "hint");
   return line;
 }
 
@@ -165,12 +320,40 @@ const char* resultClass(Verdict v) {
     case Verdict::Answered:
       return "ok";
     case Verdict::ServerError:
+    case Verdict::NotFound:
+    case Verdict::Refused:
+    case Verdict::SlowFailover:
       return "warn";
     case Verdict::InFlight:
       return "none";
     default:
       return "bad";
   }
+}
+
+// No answer came back to the guest: the path is drawn up to where the query was last seen.
+bool lostOnPath(Verdict v) {
+  return v == Verdict::Unanswered || v == Verdict::ServiceTranslationMissing ||
+         v == Verdict::Unreachable || v == Verdict::ConnectionRefused;
+}
+
+// Per VM, the servers its resolver waited for in vain before asking the next one, with the
+// queries that lost time to each and the time lost (the slow-failover pattern).
+std::string failoverSummary(const VmiPath& p) {
+  std::map<std::string, std::pair<std::size_t, std::uint64_t>> by_server;
+  for (const auto& t : p.recent)
+    if (t.failover_of) {
+      auto& [n, lost] = by_server[t.failover_server];
+      ++n;
+      lost += t.failover_lost_ns;
+    }
+  std::string h;
+  for (const auto& [server, v] : by_server)
+    h += "<p class=\"dns-failover\">Slow failover: nameserver " + htmlEscape(server) +
+         " did not answer; " + std::to_string(v.first) + " recent quer" +
+         (v.first == 1 ? "y" : "ies") + " lost " + ms(static_cast<double>(v.second) / 1e9) +
+         " waiting for it before the next nameserver answered.</p>";
+  return h;
 }
 
 // One row of boxes, one per hop, joined by arrows. A hop the query reached is filled; one the
@@ -181,8 +364,7 @@ std::string hopRowSvg(const VmiPath& p, const QueryTrace& t) {
   std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(width) +
                   "\" height=\"" + std::to_string(kH + 24) + "\" role=\"img\" aria-label=\"" +
                   htmlEscape("DNS path of " + p.vmi) + "\">";
-  const bool lost =
-      t.verdict == Verdict::Unanswered || t.verdict == Verdict::ServiceTranslationMissing;
+  const bool lost = lostOnPath(t.verdict);
   int x = 2;
   for (std::size_t i = 0; i < p.hops.size(); ++i) {
     Hop h = p.hops[i];
@@ -209,7 +391,7 @@ std::string hopRowSvg(const VmiPath& p, const QueryTrace& t) {
   }
   std::string caption =
       t.qname + " " + qtypeName(t.qtype) + ": " + std::string(verdictName(t.verdict));
-  if (!t.drop_reason.empty()) caption += " (kernel drop " + t.drop_reason + ")";
+  if (t.verdict != Verdict::Answered) caption += " (" + verdictDetail(t) + ")";
   s += "<text x=\"2\" y=\"" + std::to_string(kH + 18) + "\" font-size=\"12\">" +
        htmlEscape(caption) + "</text></svg>";
   return s;
@@ -243,6 +425,9 @@ std::string renderDnsSection(const std::vector<VmiPath>& paths, const TimeBase& 
         break;
       }
     h += hopRowSvg(p, *shown);
+    if (const std::string hint = verdictHint(*shown); !hint.empty())
+      h += "<p class=\"dns-hint\">" + htmlEscape(hint) + "</p>";
+    h += failoverSummary(p);
     h += "<table class=\"dns-recent\"><tr><th>time</th><th>query</th><th>result</th>"
          "<th>latency</th><th>last hop</th><th>drop reason</th></tr>";
     std::size_t n = 0;

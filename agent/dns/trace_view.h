@@ -21,12 +21,24 @@ struct TimeBase {
 
 // One trace:
 //   {seq, vmi, time, id, qname, qtype, transport: udp|tcp, family: ipv4|ipv6,
-//    result: answered|server_error|unanswered|service_translation_missing, rcode: "NOERROR"|null,
-//    latency_seconds: number|null, truncated, retry_of, tcp_retry_of (0 = none),
+//    result: verdictName() (answered|not_found|server_error|refused|unanswered|
+//            service_translation_missing|unreachable|connection_refused|slow_failover|
+//            truncated_tcp_failed), detail: verdictDetail(), hint: verdictHint()|null,
+//    server: the address the guest sent the query to, rcode: "NOERROR"|null, nodata,
+//    latency_seconds: number|null, truncated, retry_of, tcp_retry_of, tcp_retried_by (0 = none),
+//    tcp_failure: string|null, connect_only (a TCP connection seen without its query),
+//    icmp: {type, code, from, hop}|null, reset_hop: string|null,
+//    failover: {unanswered_server, lost_seconds, first_attempt}|null,
 //    last_hop, drop_reason: string|null, drop_hop: string|null,
 //    hops: [{hop, number, query: {t_seconds, src, dst}|null, response: {...}|null,
 //            latency_seconds: number|null}] in path order}
 nlohmann::json traceJson(const QueryTrace& t, const TimeBase& base);
+
+// What happened, in a few words ("NXDOMAIN from 10.96.0.10", "ICMP port-unreachable from
+// 10.244.0.3 at server"): the dns-path check's detail and the API's "detail".
+std::string verdictDetail(const QueryTrace& t);
+// Which layer a failure belongs to and where to look; "" for an answered query.
+std::string verdictHint(const QueryTrace& t);
 
 // The line `nodegate dns trace` prints for one trace JSON (tolerates missing fields: it reads
 // whatever agent version answers). Addresses are shown where a NAT changed them.

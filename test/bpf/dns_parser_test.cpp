@@ -245,9 +245,11 @@ TEST_F(DnsParserTest, TcpWithLengthPrefix) {
   EXPECT_EQ(ev.qtype, 16);
   EXPECT_EQ(ev.dns_id, 0x1234);
 
-  // Handshake and pure ACKs carry no message: nothing to report, nothing counted as an error.
+  // Pure ACKs and FINs carry no message: nothing to report, nothing counted as an error (the
+  // handshake's SYN is reported as such: TcpConnectionOpeningAndRefusal).
   auto st = tracer_->stats();
-  EXPECT_TRUE(run(buildFrame({.tcp = true, .tcp_flags = 0x02}, {})).empty());
+  EXPECT_TRUE(run(buildFrame({.tcp = true, .tcp_flags = 0x10}, {})).empty());
+  EXPECT_TRUE(run(buildFrame({.tcp = true, .tcp_flags = 0x11}, {})).empty());
   EXPECT_EQ(tracer_->stats().not_dns, st.not_dns);
   EXPECT_EQ(tracer_->stats().short_packets, st.short_packets);
 
@@ -625,6 +627,172 @@ TEST_F(DnsParserTest, RingSizeIsValidated) {
   auto bad = DnsTracer::open({.ring_bytes = 3000});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("power of two"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nodegate::dns::test
+
+namespace nodegate::dns::test {
+namespace {
+
+// --- what is not a DNS message but says why a query failed (issue 19) ---------------------------
+
+TEST_F(DnsParserTest, ResponsesWithoutAnswerRecordsAreFlagged) {
+  DnsMsg r;
+  r.flags = 0x8180;  // QR RD RA, NOERROR
+  auto nodata = runOne(buildFrame({.sport = 53, .dport = 40000}, r.bytes()));
+  EXPECT_TRUE(nodata.flags & NG_F_NOANS);
+  EXPECT_EQ(nodata.rcode, 0);
+  r.ancount = 1;
+  auto data = runOne(buildFrame({.sport = 53, .dport = 40000}, r.bytes()));
+  EXPECT_FALSE(data.flags & NG_F_NOANS);
+  DnsMsg q;  // a query has no answers either, but it is not a response
+  EXPECT_FALSE(runOne(buildFrame({}, q.bytes())).flags & NG_F_NOANS);
+}
+
+TEST_F(DnsParserTest, IcmpPortUnreachableQuotingAQuery) {
+  DnsMsg q;
+  q.id = 0x7777;
+  const Bytes quote = l3Of(buildFrame({}, q.bytes()));
+  auto ev = runOne(buildIcmp({.from = {10, 244, 0, 3}}, quote));
+  EXPECT_EQ(ev.flags & (NG_F_ICMP | NG_F_QR | NG_F_TCP | NG_F_PARSE_ERR | NG_F_IPV6), NG_F_ICMP);
+  EXPECT_EQ(ev.rcode, 3);  // the ICMP code
+  EXPECT_EQ(ev.dns_id, 0x7777);
+  EXPECT_STREQ(ev.qname, "www.example.com");
+  EXPECT_EQ(ev.qtype, 1);
+  EXPECT_EQ(formatAddress(ev, true), "10.244.0.3");   // who sent the ICMP
+  EXPECT_EQ(formatAddress(ev, false), "10.96.0.10");  // where the query was going
+  EXPECT_EQ(ev.sport, 40000);
+  EXPECT_EQ(ev.dport, 53);
+
+  // Host unreachable (a router that cannot deliver), and ICMPv6 port unreachable.
+  EXPECT_EQ(runOne(buildIcmp({.code = 1}, quote)).rcode, 1);
+  const Bytes quote6 = l3Of(buildFrame({.ipv6 = true}, q.bytes()));
+  auto ev6 = runOne(buildIcmp({.ipv6 = true, .code = 4, .from = Bytes(kDst6, kDst6 + 16)}, quote6));
+  EXPECT_EQ(ev6.flags & (NG_F_ICMP | NG_F_IPV6), NG_F_ICMP | NG_F_IPV6);
+  EXPECT_EQ(ev6.rcode, 4);
+  EXPECT_STREQ(ev6.qname, "www.example.com");
+  EXPECT_EQ(formatAddress(ev6, false), "fd10:0:2::a");
+}
+
+TEST_F(DnsParserTest, IcmpQuotingOnlyTheUdpHeaderIsReportedWithoutDnsFields) {
+  // RFC 792 promises the IP header and 8 bytes: ports, no DNS header.
+  DnsMsg q;
+  Bytes quote = l3Of(buildFrame({.sport = 41234}, q.bytes()));
+  quote.resize(20 + 8);
+  auto ev = runOne(buildIcmp({}, quote));
+  EXPECT_EQ(ev.flags & (NG_F_ICMP | NG_F_PARSE_ERR), NG_F_ICMP);
+  EXPECT_EQ(ev.qrest, 0);
+  EXPECT_STREQ(ev.qname, "");
+  EXPECT_EQ(ev.sport, 41234);
+  EXPECT_EQ(ev.dport, 53);
+  EXPECT_EQ(ev.tcp_seq, 0u);
+}
+
+TEST_F(DnsParserTest, IcmpQuotingATcpSynCarriesItsSequenceNumber) {
+  const Bytes quote = l3Of(buildFrame({.tcp = true, .tcp_flags = 0x02, .tcp_seq = 0xA1B2C3D4}, {}));
+  auto ev = runOne(buildIcmp({.code = 13}, quote));  // administratively prohibited
+  EXPECT_EQ(ev.flags & (NG_F_ICMP | NG_F_TCP | NG_F_SYN), NG_F_ICMP | NG_F_TCP);
+  EXPECT_EQ(ev.tcp_seq, 0xA1B2C3D4u);
+  EXPECT_EQ(ev.rcode, 13);
+}
+
+// Every cut of an ICMP error quoting a query, and quotes that lie: the program returns
+// TC_ACT_UNSPEC every time (run() checks it), reports nothing it cannot read, and reads DNS fields
+// only from a whole quoted header.
+TEST_F(DnsParserTest, HostileAndTruncatedIcmpErrors) {
+  DnsMsg q;
+  const Bytes quote = l3Of(buildFrame({}, q.bytes()));
+  for (bool v6 : {false, true}) {
+    const Bytes full = v6 ? buildIcmp({.ipv6 = true, .from = Bytes(kDst6, kDst6 + 16)},
+                                      l3Of(buildFrame({.ipv6 = true}, q.bytes())))
+                          : buildIcmp({}, quote);
+    const size_t ip = v6 ? 40 : 20;
+    const size_t ports_end = 14 + ip + 8 + ip + 8;  // outer IP, ICMP, quoted IP, quoted UDP
+    for (size_t len = 14 + ip; len <= full.size(); len++) {
+      SCOPED_TRACE("v6=" + std::to_string(v6) + " len=" + std::to_string(len));
+      auto evs = run(Bytes(full.begin(), full.begin() + static_cast<long>(len)));
+      if (len < ports_end) {
+        EXPECT_TRUE(evs.empty());
+        continue;
+      }
+      EXPECT_EQ(evs.size(), 1u);
+      if (evs.size() != 1) continue;
+      EXPECT_TRUE(evs[0].flags & NG_F_ICMP);
+      EXPECT_EQ(evs[0].dport, 53);
+      if (len < ports_end + 12) {
+        EXPECT_EQ(evs[0].qrest, 0);
+        EXPECT_FALSE(evs[0].flags & NG_F_PARSE_ERR);
+      } else {
+        EXPECT_EQ(evs[0].dns_id, 0x1234);
+      }
+    }
+  }
+  auto mutate = [&](size_t at, uint8_t v) {  // at: offset in the quote
+    Bytes b = quote;
+    b[at] = v;
+    return buildIcmp({}, b);
+  };
+  EXPECT_TRUE(run(mutate(0, 0x44)).empty());  // quoted IHL 4: below the minimum
+  EXPECT_TRUE(run(mutate(0, 0x4F)).empty());  // IHL 15: ports beyond the quote
+  EXPECT_TRUE(run(mutate(0, 0x65)).empty());  // version 6 in an ICMPv4 quote
+  EXPECT_TRUE(run(mutate(9, 1)).empty());     // quoted protocol ICMP
+  EXPECT_TRUE(run(mutate(6, 0x01)).empty());  // a later fragment quoted (offset 8)
+  EXPECT_TRUE(run(mutate(23, 54)).empty());   // quoted destination port 54
+  // A quoted UDP length below its own header, or far beyond the quote: bounded, no DNS fields
+  // for the first, the real bytes for the second.
+  Bytes shortlen = quote;
+  shortlen[24] = 0;
+  shortlen[25] = 4;
+  auto evs = run(buildIcmp({}, shortlen));
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_EQ(evs[0].qrest, 0);
+  Bytes longlen = quote;
+  longlen[24] = 0xFF;
+  longlen[25] = 0xFF;
+  evs = run(buildIcmp({}, longlen));
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_STREQ(evs[0].qname, "www.example.com");
+  EXPECT_EQ(evs[0].qrest, q.bytes().size() - 12);
+  // Other ICMP messages quoting a DNS query are not destination unreachable: ignored.
+  EXPECT_TRUE(run(buildIcmp({.type = 11}, quote)).empty());  // time exceeded
+  EXPECT_TRUE(run(buildIcmp({.type = 0}, quote)).empty());   // echo reply
+  const Bytes from6(kDst6, kDst6 + 16);
+  EXPECT_TRUE(run(buildIcmp({.ipv6 = true, .type = 3, .from = from6},  // ICMPv6 time exceeded
+                            l3Of(buildFrame({.ipv6 = true}, q.bytes()))))
+                  .empty());
+  // An IPv4 quote in an ICMPv6 error: its version does not match.
+  EXPECT_TRUE(run(buildIcmp({.ipv6 = true, .from = from6}, quote)).empty());
+}
+
+TEST_F(DnsParserTest, TcpConnectionOpeningAndRefusal) {
+  auto syn = runOne(buildFrame({.tcp = true, .tcp_flags = 0x02, .tcp_seq = 1000}, {}));
+  EXPECT_EQ(syn.flags & (NG_F_SYN | NG_F_RST | NG_F_ACK | NG_F_TCP | NG_F_PARSE_ERR),
+            NG_F_SYN | NG_F_TCP);
+  EXPECT_EQ(syn.tcp_seq, 1000u);
+  EXPECT_EQ(syn.dport, 53);
+  EXPECT_STREQ(syn.qname, "");
+  auto synack = runOne(buildFrame(
+      {.tcp = true, .sport = 53, .dport = 40000, .tcp_flags = 0x12, .tcp_seq = 9, .tcp_ack = 1001},
+      {}));
+  EXPECT_EQ(synack.flags & (NG_F_SYN | NG_F_ACK), NG_F_SYN | NG_F_ACK);
+  EXPECT_EQ(synack.tcp_seq, 1001u);
+  auto rst = runOne(buildFrame(
+      {.tcp = true, .sport = 53, .dport = 40000, .tcp_flags = 0x14, .tcp_ack = 1001}, {}));
+  EXPECT_EQ(rst.flags & (NG_F_SYN | NG_F_RST | NG_F_ACK), NG_F_RST | NG_F_ACK);
+  EXPECT_EQ(rst.tcp_seq, 1001u);
+  auto rst6 = runOne(buildFrame(
+      {.ipv6 = true, .tcp = true, .sport = 53, .dport = 40000, .tcp_flags = 0x04, .tcp_seq = 5},
+      {}));
+  EXPECT_EQ(rst6.flags & (NG_F_RST | NG_F_ACK | NG_F_IPV6), NG_F_RST | NG_F_IPV6);
+  EXPECT_EQ(rst6.tcp_seq, 5u);
+  // Not reported: a client's RST, a SYN+ACK from the client's side, a SYN from port 53, SYN+RST.
+  EXPECT_TRUE(run(buildFrame({.tcp = true, .tcp_flags = 0x04}, {})).empty());
+  EXPECT_TRUE(run(buildFrame({.tcp = true, .tcp_flags = 0x12}, {})).empty());
+  EXPECT_TRUE(
+      run(buildFrame({.tcp = true, .sport = 53, .dport = 40000, .tcp_flags = 0x02}, {})).empty());
+  EXPECT_TRUE(
+      run(buildFrame({.tcp = true, .sport = 53, .dport = 40000, .tcp_flags = 0x06}, {})).empty());
 }
 
 }  // namespace

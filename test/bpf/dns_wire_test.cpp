@@ -296,5 +296,46 @@ TEST(DnsWire, RecordCarriesWhatItsSizeHolds) {
   EXPECT_STREQ(ev.qname, "");
 }
 
+// Records without a DNS message (SYN, RST, an ICMP error quoting only the ports): no parse error,
+// an empty name, and for TCP the sequence number the kernel put where the question would be.
+TEST(DnsWire, ControlRecordsCarryTheSequenceNumberAndNoQuestion) {
+  for (uint16_t kind : {NG_F_SYN, NG_F_RST, NG_F_ICMP}) {
+    ng_dns_event head{};
+    head.kind = NG_EV_PACKET;
+    head.flags = static_cast<uint16_t>(kind | NG_F_TCP | NG_F_ACK | NG_F_PARSE_ERR);
+    head.qrest = 0;
+    Bytes r(NG_DNS_REC_HEAD + NG_DNS_REC_Q1, 0xAA);  // stale ring bytes after the sequence number
+    std::memcpy(r.data(), &head, NG_DNS_REC_HEAD);
+    const uint32_t seq = 0xDEADBEEF;
+    std::memcpy(r.data() + NG_DNS_REC_HEAD, &seq, sizeof seq);
+    ng_dns_event ev;
+    ASSERT_TRUE(decodeRecord(r.data(), r.size(), ev));
+    EXPECT_EQ(ev.tcp_seq, seq);
+    EXPECT_STREQ(ev.qname, "");
+    EXPECT_EQ(ev.qtype, 0);
+    EXPECT_FALSE(ev.flags & NG_F_PARSE_ERR);
+    EXPECT_TRUE(ev.flags & kind);
+  }
+  // Without NG_F_TCP (an ICMP error quoting UDP ports) there is no sequence number; a DNS message
+  // without a question is still a parse error.
+  ng_dns_event head{};
+  head.flags = NG_F_ICMP;
+  Bytes r(NG_DNS_REC_HEAD + NG_DNS_REC_Q1, 0xAA);
+  std::memcpy(r.data(), &head, NG_DNS_REC_HEAD);
+  ng_dns_event ev;
+  ASSERT_TRUE(decodeRecord(r.data(), r.size(), ev));
+  EXPECT_EQ(ev.tcp_seq, 0u);
+  EXPECT_FALSE(ev.flags & NG_F_PARSE_ERR);
+  head.flags = NG_F_QR;
+  std::memcpy(r.data(), &head, NG_DNS_REC_HEAD);
+  ASSERT_TRUE(decodeRecord(r.data(), r.size(), ev));
+  EXPECT_TRUE(ev.flags & NG_F_PARSE_ERR);
+  // A record cut before its sequence number: 0, not stale bytes.
+  head.flags = NG_F_SYN | NG_F_TCP;
+  std::memcpy(r.data(), &head, NG_DNS_REC_HEAD);
+  ASSERT_TRUE(decodeRecord(r.data(), NG_DNS_REC_HEAD + 2, ev));
+  EXPECT_EQ(ev.tcp_seq, 0u);
+}
+
 }  // namespace
 }  // namespace nodegate::dns

@@ -36,6 +36,7 @@ struct DnsMsg {
   uint16_t id = 0x1234;
   uint16_t flags = 0x0100;  // RD
   uint16_t qdcount = 1;
+  uint16_t ancount = 0;  // only the count: no answer records follow
   Bytes name = wireName("www.example.com");
   uint16_t qtype = 1;
   uint16_t qclass = 1;
@@ -45,7 +46,7 @@ struct DnsMsg {
     put16(b, id);
     put16(b, flags);
     put16(b, qdcount);
-    put16(b, 0);
+    put16(b, ancount);
     put16(b, 0);
     put16(b, 0);
     b.insert(b.end(), name.begin(), name.end());
@@ -67,6 +68,7 @@ struct FrameSpec {
   bool tcp_length_prefix = true;
   uint8_t tcp_flags = 0x18;  // PSH|ACK
   uint32_t tcp_seq = 0;
+  uint32_t tcp_ack = 0;
 };
 
 inline constexpr uint8_t kSrc4[4] = {10, 0, 2, 2};
@@ -84,8 +86,9 @@ inline Bytes buildFrame(const FrameSpec& f, const Bytes& payload) {
     put16(l4, f.dport);
     put16(l4, static_cast<uint16_t>(f.tcp_seq >> 16));
     put16(l4, static_cast<uint16_t>(f.tcp_seq));
-    for (int i = 0; i < 4; i++) l4.push_back(0);  // ack
-    l4.push_back(5 << 4);                         // data offset 20
+    put16(l4, static_cast<uint16_t>(f.tcp_ack >> 16));
+    put16(l4, static_cast<uint16_t>(f.tcp_ack));
+    l4.push_back(5 << 4);  // data offset 20
     l4.push_back(f.tcp_flags);
     put16(l4, 65535);
     put16(l4, 0);
@@ -130,6 +133,53 @@ inline Bytes buildFrame(const FrameSpec& f, const Bytes& payload) {
     frame.insert(frame.end(), f.ipv6_ext.begin(), f.ipv6_ext.end());
   }
   frame.insert(frame.end(), l4.begin(), l4.end());
+  return frame;
+}
+
+// The IP packet (no Ethernet header) of a frame buildFrame() made: what an ICMP error quotes.
+inline Bytes l3Of(const Bytes& frame) {
+  return Bytes(frame.begin() + 14, frame.end());
+}
+
+// An ICMP destination unreachable (ICMPv6 type 1 for ipv6) from `from` (4 or 16 bytes) to the
+// guest, quoting `quote` (an IP packet, cut wherever the caller likes). type overrides the
+// destination-unreachable type for tests of other ICMP messages.
+struct IcmpSpec {
+  bool ipv6 = false;
+  uint8_t code = 3;  // port unreachable (ICMPv6: 4)
+  int type = -1;     // -1: destination unreachable
+  Bytes from = {10, 96, 0, 10};
+};
+
+inline Bytes buildIcmp(const IcmpSpec& f, const Bytes& quote) {
+  Bytes icmp = {
+      static_cast<uint8_t>(f.type >= 0 ? f.type : f.ipv6 ? 1 : 3), f.code, 0, 0, 0, 0, 0, 0};
+  icmp.insert(icmp.end(), quote.begin(), quote.end());
+  Bytes frame = {0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1};
+  if (!f.ipv6) {
+    put16(frame, 0x0800);
+    frame.push_back(0x45);
+    frame.push_back(0xC0);
+    put16(frame, static_cast<uint16_t>(20 + icmp.size()));
+    put16(frame, 0);
+    put16(frame, 0);
+    frame.push_back(64);
+    frame.push_back(1);
+    put16(frame, 0);
+    frame.insert(frame.end(), f.from.begin(), f.from.end());
+    frame.insert(frame.end(), kSrc4, kSrc4 + 4);
+  } else {
+    put16(frame, 0x86DD);
+    frame.push_back(0x60);
+    frame.push_back(0);
+    put16(frame, 0);
+    put16(frame, static_cast<uint16_t>(icmp.size()));
+    frame.push_back(58);
+    frame.push_back(64);
+    frame.insert(frame.end(), f.from.begin(), f.from.end());
+    frame.insert(frame.end(), kSrc6, kSrc6 + 16);
+  }
+  frame.insert(frame.end(), icmp.begin(), icmp.end());
   return frame;
 }
 

@@ -35,7 +35,7 @@ expect_trace "'web' asked as web.ngdns.svc.cluster.local and answered" \
   web.ngdns.svc.cluster.local A udp answered 't["rcode"] == "NOERROR"'
 in_guest 'getent ahostsv4 kube-dns.kube-system'
 expect_trace "one dot: asked as is first, then through the search list (NXDOMAIN in the namespace)" \
-  kube-dns.kube-system.ngdns.svc.cluster.local A udp answered 't["rcode"] == "NXDOMAIN"'
+  kube-dns.kube-system.ngdns.svc.cluster.local A udp not_found 't["rcode"] == "NXDOMAIN"'
 expect_trace "... and answered under svc.cluster.local" \
   kube-dns.kube-system.svc.cluster.local A udp answered 't["rcode"] == "NOERROR"'
 end_scenario
@@ -80,6 +80,33 @@ expect_trace "server_error with SERVFAIL, answered back to the guest" \
 expect_check "dns-path check WARN ServerError" WARN ServerError
 end_scenario
 host_do dns_server_dnsmasq
+
+# The failure taxonomy (#19 item 2) with the guest's own resolvers; the veth replica's
+# dns_failures_e2e covers every verdict, these the ones a guest's kernel and resolvers shape.
+scenario notfound "a cluster name the server does not know (busybox nslookup): NXDOMAIN"
+in_guest 'nslookup nope.ngdns.svc.cluster.local'
+expect_trace "not_found with NXDOMAIN and the cluster-zone hint" \
+  nope.ngdns.svc.cluster.local A udp not_found 't["rcode"] == "NXDOMAIN" and "cluster" in t["hint"] and hops(t) == FULL'
+expect_check "dns-path check PASS Ok (NXDOMAIN is an answer)" PASS Ok
+end_scenario
+
+scenario unreachable "the server's host rejects DNS with ICMP port unreachable"
+host_do nft_in $D 'table inet ngfail { chain input { type filter hook input priority 0; udp dport 53 reject with icmp type port-unreachable; }; }'
+in_guest 'nslookup -timeout=1 -retry=1 reject.example.test'
+expect_trace "unreachable: the ICMP from the server, back to the guest through both NATs" \
+  reject.example.test A udp unreachable 't["icmp"]["type"] == "port-unreachable" and t["icmp"]["from"] == "10.244.0.3" and t["icmp"]["hop"] == "server"'
+expect_check "dns-path check FAIL NoResponse" FAIL NoResponse
+end_scenario
+host_do ip netns exec $D nft delete table inet ngfail
+
+scenario failover "glibc with a silent first nameserver (timeout:1 attempts:1): slow failover"
+host_do nft_in $H 'table inet ngfail { chain pre { type filter hook prerouting priority -200; ip daddr 10.96.0.99 drop; }; }'
+in_guest 'cp /etc/resolv.conf /tmp/resolv.dhcp && printf "nameserver 10.96.0.99\nnameserver 10.96.0.10\noptions timeout:1 attempts:1\n" > /etc/resolv.conf && getent ahostsv4 www.example.test; rc=$?; cp /tmp/resolv.dhcp /etc/resolv.conf; exit $rc'
+check "$SCEN: getent resolved through the second nameserver" test "$GUEST_RC" = 0
+expect_trace "slow_failover: answered by 10.96.0.10 after 10.96.0.99 stayed silent for the timeout" \
+  www.example.test A udp slow_failover 't["failover"]["unanswered_server"] == "10.96.0.99" and 0.9 <= t["failover"]["lost_seconds"] <= 1.6 and hops(t) == FULL'
+end_scenario
+host_do ip netns exec $H nft delete table inet ngfail
 
 scenario recovered "translation and server back: answered again"
 in_guest 'nslookup www.example.test'

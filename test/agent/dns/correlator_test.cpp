@@ -94,19 +94,41 @@ TEST(Correlator, AnswerFinishesAtTheFirstTracedHopWithoutWaitingForTimeout) {
   EXPECT_EQ(*done[0].latencyNs(), 5 * kMs);
 }
 
-TEST(Correlator, NxdomainIsAnAnswerServfailIsAServerError) {
+TEST(Correlator, EachRcodeHasItsVerdict) {
   Correlator c;
-  Q a, b;
-  b.id = 7;
-  b.qname = "nope.invalid";
-  sendFull(c, a, 0, 3);
-  sendFull(c, b, 0, 2);
-  auto done = c.expire(10 * kMs);
-  ASSERT_EQ(done.size(), 2u);
-  EXPECT_EQ(done[0].verdict, Verdict::Answered);
-  EXPECT_EQ(*done[0].rcode, 3);
-  EXPECT_EQ(done[1].verdict, Verdict::ServerError);
-  EXPECT_EQ(rcodeName(*done[1].rcode), "SERVFAIL");
+  const std::pair<std::uint8_t, Verdict> cases[] = {
+      {0, Verdict::Answered},    {3, Verdict::NotFound},    {2, Verdict::ServerError},
+      {1, Verdict::ServerError}, {4, Verdict::ServerError}, {5, Verdict::Refused}};
+  std::uint16_t id = 1;
+  for (const auto& [rcode, v] : cases) {
+    Q q;
+    q.id = id++;
+    sendFull(c, q, id * 10 * kMs, rcode);
+  }
+  auto done = c.expire(100 * kMs);
+  ASSERT_EQ(done.size(), std::size(cases));
+  for (std::size_t i = 0; i < done.size(); ++i) {
+    EXPECT_EQ(done[i].verdict, cases[i].second) << rcodeName(*done[i].rcode);
+    EXPECT_FALSE(done[i].no_answers);
+  }
+}
+
+TEST(Correlator, NoErrorWithoutAnswerRecordsIsNodataNotFound) {
+  Correlator c;
+  Q q;
+  q.qtype = 28;
+  std::uint64_t t = 0;
+  for (Hop h : kForward) c.observe(query(q, h, t += kMs));
+  for (int i = 4; i >= 0; --i) {
+    auto a = answer(q, kForward[i], t += kMs);
+    a.no_answers = true;
+    c.observe(a);
+  }
+  auto done = c.expire(t);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].verdict, Verdict::NotFound);
+  EXPECT_TRUE(done[0].no_answers);
+  EXPECT_EQ(*done[0].rcode, 0);
 }
 
 TEST(Correlator, AAndAaaaWithTheSameIdStayDistinct) {
@@ -308,15 +330,21 @@ TEST(Correlator, TruncatedAnswerIsLinkedToTheTcpRetry) {
   c.observe(query(udp, Hop::Tap, 0));
   auto tc = answer(udp, Hop::Tap, kMs);
   tc.truncated = true;
+  tc.no_answers = true;  // what did not fit was left out: not NODATA
   c.observe(tc);
+  EXPECT_EQ(c.awaitingTcp(), 1u);  // its verdict waits for the TCP retry
+  EXPECT_TRUE(c.expire(2 * kMs).empty());
   c.observe(query(tcp, Hop::Tap, 2 * kMs));
   c.observe(answer(tcp, Hop::Tap, 4 * kMs));
   auto done = c.expire(5 * kMs);
-  ASSERT_EQ(done.size(), 2u);
-  EXPECT_TRUE(done[0].truncated);
-  EXPECT_FALSE(done[0].tcp);
-  EXPECT_TRUE(done[1].tcp);
-  EXPECT_EQ(done[1].tcp_retry_of, done[0].seq);
+  ASSERT_EQ(done.size(), 2u);  // the retry finishes first, then the answer it completes
+  EXPECT_TRUE(done[0].tcp);
+  EXPECT_TRUE(done[1].truncated);
+  EXPECT_FALSE(done[1].tcp);
+  EXPECT_EQ(done[1].verdict, Verdict::Answered);
+  EXPECT_EQ(done[0].tcp_retry_of, done[1].seq);
+  EXPECT_EQ(done[1].tcp_retried_by, done[0].seq);
+  EXPECT_EQ(c.awaitingTcp(), 0u);
 }
 
 TEST(Correlator, TcpQueryWithoutTruncatedPredecessorIsNotLinked) {
@@ -384,7 +412,290 @@ TEST(Correlator, PartialAnswerThatMissedTheFirstHopStillCountsAsAnswered) {
   EXPECT_EQ(done[0].last_hop, Hop::Bridge);
 }
 
+// --- the failure taxonomy: ICMP, TCP resets, slow failover, failed TCP retries
+// --------------------
+
+// The one trace finished by now_ns (a test failure unless there is exactly one).
+QueryTrace single(Correlator& c, std::uint64_t now_ns) {
+  auto done = c.expire(now_ns);
+  EXPECT_EQ(done.size(), 1u);
+  return done.empty() ? QueryTrace{} : done[0];
+}
+
+Observation icmpFor(const Q& q, Hop hop, std::uint64_t t, std::uint8_t code, bool quote_dns) {
+  Observation o = query(q, hop, t);
+  o.icmp = true;
+  o.icmp_code = code;
+  o.saddr = hop <= Hop::HostVeth ? kSvc : kCoreDns;  // sent by the server's host
+  if (!quote_dns) {
+    o.qname.clear();
+    o.id = 0;
+    o.qtype = 0;
+  }
+  return o;
+}
+
+Observation syn(const Q& q, Hop hop, std::uint64_t t, std::uint32_t isn) {
+  Observation o = query(q, hop, t);
+  o.tcp = true;
+  o.syn = true;
+  o.qname.clear();
+  o.id = 0;
+  o.qtype = 0;
+  o.tcp_seq = isn;
+  return o;
+}
+
+Observation fromServer(const Q& q, Hop hop, std::uint64_t t, std::uint32_t ack, bool is_syn) {
+  Observation o = answer(q, hop, t);
+  o.response = false;
+  o.tcp = true;
+  (is_syn ? o.syn : o.rst) = true;
+  o.ack = true;
+  o.qname.clear();
+  o.id = 0;
+  o.qtype = 0;
+  o.tcp_seq = ack;
+  return o;
+}
+
+TEST(Correlator, IcmpUnreachableQuotingTheQueryFinishesItAtTheFirstHop) {
+  Correlator c;
+  Q q;
+  std::uint64_t t = 0;
+  for (Hop h : kForward) c.observe(query(q, h, t += kMs));
+  for (int i = 4; i >= 1; --i) c.observe(icmpFor(q, kForward[i], t += kMs, 3, true));
+  EXPECT_EQ(c.inFlight(), 1u);
+  c.observe(icmpFor(q, Hop::Tap, t += kMs, 3, true));
+  const QueryTrace tr = single(c, t);
+  EXPECT_EQ(tr.verdict, Verdict::Unreachable);
+  EXPECT_EQ(*tr.icmp_code, 3);
+  EXPECT_EQ(tr.icmp_from, kCoreDns);  // the first ICMP seen: at host-out, before un-NAT
+  EXPECT_EQ(tr.icmp_hop, Hop::HostOut);
+  EXPECT_EQ(icmpUnreachableName(false, 3), "port-unreachable");
+  EXPECT_EQ(icmpUnreachableName(true, 4), "port-unreachable");
+  EXPECT_EQ(icmpUnreachableName(false, 99), "code 99");
+}
+
+TEST(Correlator, IcmpForAQueryThatLeftUntranslatedIsTranslationMissing) {
+  Correlator c;
+  c.setBeyondHostTraced(true);
+  Q q;
+  // No route for the ClusterIP on the node: it answers with ICMP net unreachable.
+  c.observe(query(q, Hop::Tap, kMs));
+  auto hv = query(q, Hop::HostVeth, 2 * kMs);
+  c.observe(hv);
+  auto drop = hv;
+  drop.drop = true;
+  drop.drop_reason = "IP_INNOROUTES";
+  c.observe(drop);
+  auto icmp = icmpFor(q, Hop::Tap, 3 * kMs, 0, true);
+  c.observe(icmp);
+  const QueryTrace tr = single(c, 4 * kMs);
+  EXPECT_EQ(tr.verdict, Verdict::ServiceTranslationMissing);
+  EXPECT_EQ(*tr.icmp_code, 0);  // the evidence stays
+}
+
+TEST(Correlator, IcmpWithoutTheDnsHeaderMatchesByPortsAtItsHop) {
+  Correlator c;
+  Q q, other;
+  other.id = 9;
+  other.qname = "other.example";
+  c.observe(query(q, Hop::Tap, kMs));
+  auto o = query(other, Hop::Tap, 2 * kMs);
+  o.sport = 41000;
+  c.observe(o);
+  auto miss = icmpFor(q, Hop::Tap, 3 * kMs, 3, false);
+  miss.sport = 42000;  // nobody's port
+  c.observe(miss);
+  EXPECT_EQ(c.stats().orphan_errors, 1u);
+  c.observe(icmpFor(q, Hop::Tap, 4 * kMs, 1, false));  // host unreachable, port 40000
+  const QueryTrace tr = single(c, 5 * kMs);
+  EXPECT_EQ(tr.qname, "example.com");
+  EXPECT_EQ(tr.verdict, Verdict::Unreachable);
+  // Fragmentation needed is not a failure of the query.
+  c.observe(icmpFor(other, Hop::Tap, 6 * kMs, 4, true));
+  EXPECT_TRUE(c.expire(7 * kMs).empty());
+  EXPECT_EQ(c.inFlight(), 1u);
+}
+
+TEST(Correlator, TcpResetAnsweringTheSynIsConnectionRefused) {
+  Correlator c;
+  Q q;
+  q.tcp = true;
+  std::uint64_t t = 0;
+  for (Hop h : kForward) c.observe(syn(q, h, t += kMs, 1000));
+  c.observe(syn(q, Hop::Tap, t += kMs, 1000));  // the client sends its SYN again
+  for (int i = 4; i >= 0; --i) c.observe(fromServer(q, kForward[i], t += kMs, 1001, false));
+  const QueryTrace tr = single(c, t);
+  EXPECT_EQ(tr.verdict, Verdict::ConnectionRefused);
+  EXPECT_TRUE(tr.connect_only);
+  EXPECT_TRUE(tr.tcp);
+  EXPECT_EQ(tr.qname, "");
+  EXPECT_EQ(tr.reset_hop, Hop::HostOut);
+  EXPECT_EQ(tr.query_path.size(), 5u);
+  EXPECT_EQ(tr.original_daddr, kSvc);
+}
+
+TEST(Correlator, ResetAfterTheQueryWasSentMatchesByAddresses) {
+  Correlator c;
+  Q q;
+  q.tcp = true;
+  c.observe(query(q, Hop::Tap, kMs));
+  auto rst = fromServer(q, Hop::Tap, 2 * kMs, 777777, false);  // acknowledges the query's bytes
+  c.observe(rst);
+  const QueryTrace tr = single(c, 3 * kMs);
+  EXPECT_EQ(tr.verdict, Verdict::ConnectionRefused);
+  EXPECT_EQ(tr.qname, "example.com");
+}
+
+TEST(Correlator, AConnectionThatCarriesItsQueryLeavesOnlyTheQuerysTrace) {
+  Correlator c;
+  Q q;
+  q.tcp = true;
+  c.observe(syn(q, Hop::Tap, kMs, 5));
+  c.observe(fromServer(q, Hop::Tap, 2 * kMs, 6, true));
+  c.observe(query(q, Hop::Tap, 3 * kMs));
+  c.observe(answer(q, Hop::Tap, 4 * kMs));
+  const QueryTrace tr = single(c, 4 * kMs);
+  EXPECT_EQ(tr.verdict, Verdict::Answered);
+  EXPECT_EQ(c.inFlight(), 0u);
+  // A connection that opens and carries nothing we saw is no failure either.
+  c.observe(syn(q, Hop::Tap, 10 * kMs, 50));
+  c.observe(fromServer(q, Hop::Tap, 11 * kMs, 51, true));
+  EXPECT_TRUE(c.expire(10 * kMs + 6000 * kMs).empty());
+  EXPECT_EQ(c.inFlight(), 0u);
+}
+
+TEST(Correlator, IcmpForASynIsUnreachable) {
+  Correlator c;
+  Q q;
+  q.tcp = true;
+  c.observe(syn(q, Hop::Tap, kMs, 0xABCD));
+  auto icmp = icmpFor(q, Hop::Tap, 2 * kMs, 13, false);
+  icmp.tcp = true;
+  icmp.tcp_seq = 0xABCD;
+  icmp.sport = 1;  // the ISN decides, not the ports
+  c.observe(icmp);
+  const QueryTrace tr = single(c, 3 * kMs);
+  EXPECT_EQ(tr.verdict, Verdict::Unreachable);
+  EXPECT_EQ(icmpUnreachableName(false, *tr.icmp_code), "admin-prohibited");
+}
+
+TEST(Correlator, SecondServerAnsweringAfterTheFirstTimedOutIsSlowFailover) {
+  Correlator c;
+  Q q;
+  // glibc: nameserver A (the ClusterIP) stays silent; after timeout:1 the same query (same id)
+  // goes to nameserver B, which answers.
+  c.observe(query(q, Hop::Tap, 0));
+  c.observe(query(q, Hop::Bridge, kMs / 10));
+  auto b = query(q, Hop::Tap, 1000 * kMs);
+  b.daddr = "10.96.0.11";
+  c.observe(b);
+  auto r = answer(q, Hop::Tap, 1003 * kMs);
+  r.saddr = "10.96.0.11";
+  c.observe(r);
+  auto done = c.expire(1004 * kMs);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].verdict, Verdict::SlowFailover);
+  EXPECT_EQ(done[0].failover_server, kSvc);
+  EXPECT_EQ(done[0].failover_lost_ns, 1000 * kMs);
+  EXPECT_NE(done[0].failover_of, 0u);
+  EXPECT_EQ(*done[0].latencyNs(), 3 * kMs);
+  done = c.expire(6000 * kMs);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].verdict, Verdict::Unanswered);  // the attempt at A
+
+  // A new id for the next server (other resolvers) is a failover too; asking both at once (musl)
+  // or the same server again (a retry) is not.
+  Correlator d;
+  Q q2;
+  d.observe(query(q2, Hop::Tap, 0));
+  // One query of id to server at t ms and its answer a millisecond later: the verdict.
+  auto ask = [&](std::uint16_t id, const std::string& server, std::uint64_t t) {
+    auto o = query(q2, Hop::Tap, t * kMs);
+    o.id = id;
+    o.daddr = server;
+    d.observe(o);
+    auto r = answer(q2, Hop::Tap, (t + 1) * kMs);
+    r.id = id;
+    r.saddr = server;
+    d.observe(r);
+    return single(d, (t + 2) * kMs);
+  };
+  EXPECT_EQ(ask(77, "10.96.0.11", 1).verdict, Verdict::Answered);  // at once: musl
+  EXPECT_EQ(ask(78, kSvc, 1000).verdict, Verdict::Answered);       // the same server again
+  const QueryTrace other = ask(79, "10.96.0.12", 1500);            // another one, later
+  EXPECT_EQ(other.verdict, Verdict::SlowFailover);
+  EXPECT_EQ(other.failover_lost_ns, 1500 * kMs);
+}
+
+Observation truncatedAnswer(const Q& q, Hop hop, std::uint64_t t) {
+  auto a = answer(q, hop, t);
+  a.truncated = true;
+  return a;
+}
+
+TEST(Correlator, TruncatedAnswerWithoutTcpRetryFailsAfterTheLinkWindow) {
+  Correlator c({.tcp_link_window_ns = 2000 * kMs});
+  Q q;
+  c.observe(query(q, Hop::Tap, 0));
+  c.observe(truncatedAnswer(q, Hop::Tap, kMs));
+  EXPECT_TRUE(c.expire(1999 * kMs).empty());
+  const QueryTrace tr = single(c, 2001 * kMs);
+  EXPECT_EQ(tr.verdict, Verdict::TruncatedTcpFailed);
+  EXPECT_EQ(tr.tcp_failure, "no TCP retry");
+}
+
+TEST(Correlator, TruncatedAnswerWhoseTcpConnectionIsRefused) {
+  Correlator c;
+  Q udp, tcp;
+  tcp.tcp = true;
+  c.observe(query(udp, Hop::Tap, 0));
+  c.observe(truncatedAnswer(udp, Hop::Tap, kMs));
+  c.observe(syn(tcp, Hop::Tap, 2 * kMs, 42));
+  c.observe(fromServer(tcp, Hop::Tap, 3 * kMs, 43, false));
+  auto done = c.expire(4 * kMs);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].verdict, Verdict::ConnectionRefused);
+  EXPECT_EQ(done[0].qname, "example.com");  // named after the answer it retries
+  EXPECT_EQ(done[1].verdict, Verdict::TruncatedTcpFailed);
+  EXPECT_EQ(done[1].tcp_failure, "TCP retry connection_refused");
+  EXPECT_EQ(done[0].tcp_retry_of, done[1].seq);
+}
+
+TEST(Correlator, TruncatedAnswerWhoseTcpSynIsDropped) {
+  Correlator c;
+  Q udp, tcp;
+  tcp.tcp = true;
+  c.observe(query(udp, Hop::Tap, 0));
+  c.observe(truncatedAnswer(udp, Hop::Tap, kMs));
+  c.observe(syn(tcp, Hop::Tap, 2 * kMs, 42));
+  c.observe(syn(tcp, Hop::Bridge, 2 * kMs + 1000, 42));
+  auto drop = syn(tcp, Hop::HostVeth, 2 * kMs + 2000, 42);
+  drop.drop = true;
+  drop.drop_reason = "NETFILTER_DROP";
+  c.observe(drop);
+  c.observe(syn(tcp, Hop::Tap, 1002 * kMs, 42));  // retransmitted
+  auto done = c.expire(5000 * kMs);
+  ASSERT_EQ(done.size(), 0u);
+  done = c.expire(5003 * kMs);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].verdict, Verdict::Unanswered);
+  EXPECT_EQ(done[0].drop_reason, "NETFILTER_DROP");
+  EXPECT_EQ(done[0].last_hop, Hop::Bridge);
+  EXPECT_EQ(done[1].verdict, Verdict::TruncatedTcpFailed);
+  EXPECT_EQ(done[1].tcp_failure, "TCP retry unanswered");
+}
+
 TEST(Correlator, Names) {
+  EXPECT_EQ(verdictName(Verdict::NotFound), "not_found");
+  EXPECT_EQ(verdictName(Verdict::Refused), "refused");
+  EXPECT_EQ(verdictName(Verdict::Unreachable), "unreachable");
+  EXPECT_EQ(verdictName(Verdict::ConnectionRefused), "connection_refused");
+  EXPECT_EQ(verdictName(Verdict::SlowFailover), "slow_failover");
+  EXPECT_EQ(verdictName(Verdict::TruncatedTcpFailed), "truncated_tcp_failed");
+  EXPECT_EQ(finishedVerdicts().size(), 10u);
   EXPECT_EQ(hopName(Hop::HostVeth), "host-veth");
   EXPECT_EQ(hopFromNumber(3), Hop::Unknown);
   EXPECT_EQ(hopFromNumber(6), Hop::HostOut);

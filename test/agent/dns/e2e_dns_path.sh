@@ -5,7 +5,7 @@
 #
 # Scenarios: healthy (DNAT in prerouting, like kube-proxy), the incident (DNAT only in the nat
 # output chain: translation for local sockets only), the incident with no route (a kernel drop
-# reason), a server that does not answer, a server that answers SERVFAIL.
+# reason), a stopped server (ICMP port unreachable), a server that answers SERVFAIL.
 set -euo pipefail
 
 NODEGATE=${NODEGATE:?path of the nodegate binary}
@@ -83,7 +83,8 @@ got = {(t["qname"], t["qtype"], t["transport"], t["family"]) for t in ts}
 assert want <= got, f"missing {want - got}"
 order = ["tap", "bridge", "launcher-eth0", "host-veth", "host-out", "server"]
 for t in ts:
-    assert t["result"] == "answered", t
+    # NXDOMAIN is an answer of its own kind (not_found), distinct from success
+    assert t["result"] == ("not_found" if t["qname"] == "nothing.example.test" else "answered"), t
     assert [h["hop"] for h in t["hops"]] == order, (t["qname"], [h["hop"] for h in t["hops"]])
     assert all(h["query"] and h["response"] for h in t["hops"]), t
     assert t["latency_seconds"] > 0, t
@@ -180,8 +181,9 @@ service_nat healthy
 stop_pid $DNSMASQ
 AFTER=$(seq_now)
 ip netns exec $G dig +time=1 +tries=1 @10.96.0.10 silent.example.test A > /dev/null || true
-check "silent server: unanswered, last seen at the server, not a translation problem" \
-  wait_for 10 'any(t["qname"]=="silent.example.test" and t["result"]=="unanswered" and t["last_hop"]=="server" for t in j["traces"])' \
+# Nothing listens on port 53 any more: the server's kernel answers with ICMP port unreachable.
+check "stopped server: unreachable, port unreachable from the server, not a translation problem" \
+  wait_for 10 'any(t["qname"]=="silent.example.test" and t["result"]=="unreachable" and t["last_hop"]=="server" and t["icmp"]["type"]=="port-unreachable" for t in j["traces"])' \
   "/api/v1/dns/traces?after=$AFTER"
 python3 -c 'import json,sys; [print("drop reason:", t["drop_reason"], "at", t["drop_hop"]) for t in json.load(open(sys.argv[1]))["traces"] if t["qname"]=="silent.example.test"]' $TMP/last.json || true
 check "dns-path check FAIL NoResponse" \

@@ -120,5 +120,103 @@ TEST(DnsSection, DrawsHopsAndHighlightsTheLastSeen) {
             std::string::npos);
 }
 
+// Each failure verdict has its wording, detail and hint in the API, the CLI and the page.
+TEST(TraceJson, FailureVerdictsCarryTheirEvidenceAndAHint) {
+  QueryTrace nx = answered();
+  nx.qname = "db.prod.svc.cluster.local";
+  nx.rcode = 3;
+  nx.verdict = Verdict::NotFound;
+  auto j = traceJson(nx, {});
+  EXPECT_EQ(j["result"], "not_found");
+  EXPECT_EQ(j["detail"], "NXDOMAIN from 10.96.0.10");
+  EXPECT_NE(j["hint"].get<std::string>().find("cannot see the cluster's zones"), std::string::npos);
+  EXPECT_NE(traceLine(j).find("NOT FOUND: NXDOMAIN in 1.40 ms from 10.96.0.10"), std::string::npos)
+      << traceLine(j);
+  EXPECT_NE(traceLine(j).find("\n    hint: guest resolver configuration"), std::string::npos);
+
+  QueryTrace nodata = answered();
+  nodata.qtype = 28;
+  nodata.no_answers = true;
+  nodata.verdict = Verdict::NotFound;
+  j = traceJson(nodata, {});
+  EXPECT_TRUE(j["nodata"].get<bool>());
+  EXPECT_EQ(j["detail"], "NODATA (no AAAA records) from 10.96.0.10");
+  EXPECT_NE(traceLine(j).find("NODATA (NOERROR, no answers)"), std::string::npos);
+
+  QueryTrace unreach = lost();
+  unreach.verdict = Verdict::Unreachable;
+  unreach.icmp_code = 3;
+  unreach.icmp_from = "10.244.0.3";
+  unreach.icmp_hop = Hop::HostOut;
+  j = traceJson(unreach, {});
+  EXPECT_EQ(j["icmp"]["type"], "port-unreachable");
+  EXPECT_EQ(j["icmp"]["from"], "10.244.0.3");
+  EXPECT_NE(traceLine(j).find("UNREACHABLE: ICMP port-unreachable from 10.244.0.3 at host-out"),
+            std::string::npos)
+      << traceLine(j);
+
+  QueryTrace rst = lost();
+  rst.verdict = Verdict::ConnectionRefused;
+  rst.tcp = true;
+  rst.connect_only = true;
+  rst.qname.clear();
+  rst.reset_hop = Hop::HostVeth;
+  j = traceJson(rst, {});
+  EXPECT_EQ(j["reset_hop"], "host-veth");
+  EXPECT_TRUE(j["connect_only"].get<bool>());
+  EXPECT_NE(traceLine(j).find("(connection) tcp"), std::string::npos) << traceLine(j);
+  EXPECT_NE(traceLine(j).find("CONNECTION REFUSED: TCP connection to 10.96.0.10 port 53 reset"),
+            std::string::npos);
+
+  QueryTrace slow = answered();
+  slow.verdict = Verdict::SlowFailover;
+  slow.original_daddr = "10.96.0.11";
+  slow.failover_of = 3;
+  slow.failover_server = "10.96.0.10";
+  slow.failover_lost_ns = 1'000'000'000;
+  j = traceJson(slow, {});
+  EXPECT_EQ(j["failover"]["unanswered_server"], "10.96.0.10");
+  EXPECT_DOUBLE_EQ(j["failover"]["lost_seconds"].get<double>(), 1.0);
+  EXPECT_EQ(j["failover"]["first_attempt"], 3);
+  EXPECT_NE(traceLine(j).find("SLOW FAILOVER: answered by 10.96.0.11 after 10.96.0.10 did not "
+                              "answer for 1.00 s"),
+            std::string::npos)
+      << traceLine(j);
+
+  QueryTrace tc = answered();
+  tc.truncated = true;
+  tc.verdict = Verdict::TruncatedTcpFailed;
+  tc.tcp_failure = "no TCP retry";
+  j = traceJson(tc, {});
+  EXPECT_EQ(j["tcp_failure"], "no TCP retry");
+  EXPECT_NE(traceLine(j).find("TRUNCATED, TCP FAILED: truncated over UDP, no TCP retry"),
+            std::string::npos)
+      << traceLine(j);
+
+  for (Verdict v : finishedVerdicts()) {
+    QueryTrace t = v == Verdict::Answered ? answered() : lost();
+    t.verdict = v;
+    EXPECT_EQ(verdictHint(t).empty(), v == Verdict::Answered) << verdictName(v);
+    EXPECT_FALSE(verdictDetail(t).empty());
+  }
+}
+
+TEST(DnsSection, ShowsTheHintAndTheSlowFailoverPerVm) {
+  VmiPath p{"ns1/vm1", {Hop::Tap, Hop::Bridge, Hop::LauncherEth0, Hop::HostVeth, Hop::HostOut}, {}};
+  QueryTrace slow = answered();
+  slow.verdict = Verdict::SlowFailover;
+  slow.failover_of = 3;
+  slow.failover_server = "10.96.0.10";
+  slow.failover_lost_ns = 1'000'000'000;
+  p.recent = {slow, slow};
+  std::string h = renderDnsSection({p}, {}, true, "");
+  EXPECT_NE(h.find("Slow failover: nameserver 10.96.0.10 did not answer; 2 recent queries lost "
+                   "2000.0 ms"),
+            std::string::npos)
+      << h;
+  EXPECT_NE(h.find("class=\"dns-hint\""), std::string::npos);
+  EXPECT_NE(h.find("slow_failover"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace nodegate::dns
