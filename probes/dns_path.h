@@ -33,9 +33,8 @@ struct GuestDnsStatus {
 
 struct DnsPathSummary {
   std::chrono::system_clock::time_point updated;
-  std::size_t guests = 0;              // virt-launcher netns being traced
-  std::size_t launcher_processes = 0;  // virt-launcher processes the tracer's discovery found
-  std::size_t attached_hops = 0;       // devices with the classifier attached
+  std::size_t guests = 0;         // virt-launcher netns being traced
+  std::size_t attached_hops = 0;  // devices with the classifier attached
   std::size_t queries_in_window = 0;
   std::vector<GuestDnsStatus> vms;  // one per VMI that sent queries in the window
 };
@@ -99,7 +98,7 @@ struct DnsPathInputs {
   std::string cilium_note;        // how the Cilium settings were found (or that there is no Cilium)
   bool cilium_forbidden = false;  // the API refused to show cilium-config (RBAC)
   std::vector<std::string> corefile;  // describeCorefile(), or why it was not read (evidence)
-  std::size_t launchers = 0;  // virt-launcher processes: the tracer's count, or a procfs scan
+  std::size_t launchers = 0;          // virt-launcher processes seen on the host
   bool launchers_readable = true;
 };
 
@@ -118,10 +117,9 @@ inline const SettingSpec kDnsPathDnsNamespaceSetting =
                 "namespace of the cluster DNS Service", {}, 63);
 inline const SettingSpec kDnsPathDnsServiceSetting = textSetting(
     kDnsPathCheck, "dns_service", "kube-dns", "name of the cluster DNS Service", {}, 63);
-inline const SettingSpec kDnsPathCorefileConfigMapSetting =
-    textSetting(kDnsPathCheck, "coredns_configmap", "coredns",
-                "ConfigMap (in dns_service_namespace) with CoreDNS's Corefile; \"\": not read",
-                {}, 253);
+inline const SettingSpec kDnsPathCorefileConfigMapSetting = textSetting(
+    kDnsPathCheck, "coredns_configmap", "coredns",
+    "ConfigMap (in dns_service_namespace) with CoreDNS's Corefile; \"\": not read", {}, 253);
 inline const SettingSpec kDnsPathServerProcessesSetting =
     listSetting(kDnsPathCheck, "server_processes", {"coredns"},
                 "process names (comm) of the DNS servers the Service points at", {}, 32);
@@ -146,10 +144,9 @@ inline const ProbeSpec kDnsPathSpec{
     .default_required = false,
     .settings = {&kDnsPathCiliumFileSetting, &kDnsPathCiliumNamespaceSetting,
                  &kDnsPathCiliumConfigMapSetting, &kDnsPathDnsNamespaceSetting,
-                 &kDnsPathCorefileConfigMapSetting,
-                 &kDnsPathDnsServiceSetting, &kDnsPathServerProcessesSetting,
-                 &kDnsPathQueryTimeoutSetting, &kDnsPathWindowSetting, &kDnsPathRescanSetting,
-                 &kDnsPathRescanWithEventsSetting},
+                 &kDnsPathCorefileConfigMapSetting, &kDnsPathDnsServiceSetting,
+                 &kDnsPathServerProcessesSetting, &kDnsPathQueryTimeoutSetting,
+                 &kDnsPathWindowSetting, &kDnsPathRescanSetting, &kDnsPathRescanWithEventsSetting},
 };
 
 class DnsPathProbe final : public Probe {

@@ -88,7 +88,8 @@ void readCorefile(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsF
       out.corefile_detail = "not read: " + what + " does not exist";
       return;
     case ApiRead::Forbidden:
-      out.corefile_detail = "not read: " + what + " is forbidden to the agent (chart value "
+      out.corefile_detail = "not read: " + what +
+                            " is forbidden to the agent (chart value "
                             "rbac.readCoreDNSConfig, or dns-path.coredns_configmap \"\")";
       return;
     case ApiRead::Failed:
@@ -144,8 +145,7 @@ ClusterDnsFacts fetchClusterDns(ApiClient& api, const ClusterDnsOptions& o) {
   ClusterDnsFacts f;
   readCiliumConfig(api.request("get", "GET", ciliumConfigPath(o)), o, f);
   readDnsEndpoints(api.request("list", "GET", dnsEndpointSlicesPath(o)), o, f);
-  if (!o.corefile_configmap.empty())
-    readCorefile(api.request("get", "GET", corefilePath(o)), o, f);
+  if (!o.corefile_configmap.empty()) readCorefile(api.request("get", "GET", corefilePath(o)), o, f);
   f.updated = std::chrono::system_clock::now();
   return f;
 }

@@ -32,7 +32,7 @@ TEST(Corefile, AksConfigMap) {
   EXPECT_THAT(s.kubernetes_zones, ElementsAre("cluster.local", "in-addr.arpa", "ip6.arpa"));
   EXPECT_EQ(s.forward_from, ".");
   EXPECT_THAT(s.forward_to, ElementsAre("/etc/resolv.conf"));
-  EXPECT_TRUE(s.imports);  // import custom/*.override inside the block
+  EXPECT_TRUE(s.imports);   // import custom/*.override inside the block
   EXPECT_TRUE(f->imports);  // import custom/*.server at the top
   EXPECT_THAT(describeCorefile(*f),
               ElementsAre(".:53 answers cluster.local in-addr.arpa ip6.arpa (kubernetes), "
@@ -85,8 +85,9 @@ TEST(Corefile, PortsSchemesAndComments) {
   EXPECT_TRUE(f->servers[1].has_kubernetes);
   EXPECT_TRUE(f->servers[1].kubernetes_zones.empty());
   // Only port-53 servers are what guests ask.
-  EXPECT_THAT(describeCorefile(*f),
-              ElementsAre("example.org example.net:53 answers example.org example.net (kubernetes)"));
+  EXPECT_THAT(
+      describeCorefile(*f),
+      ElementsAre("example.org example.net:53 answers example.org example.net (kubernetes)"));
   auto none = parseCorefile("x:5300 {\n}\n");
   ASSERT_TRUE(none.ok());
   EXPECT_THAT(describeCorefile(*none), ElementsAre("no server block on port 53"));

@@ -806,8 +806,7 @@ TEST_F(ClusterDns, CorefileAndExternalClusterIpAreEvidence) {
   EXPECT_NE(evidence(r).find("coredns Corefile: consul.local:53 holds no cluster zone"),
             std::string::npos)
       << evidence(r);
-  EXPECT_NE(evidence(r).find("bpf-lb-external-clusterip=false"), std::string::npos)
-      << evidence(r);
+  EXPECT_NE(evidence(r).find("bpf-lb-external-clusterip=false"), std::string::npos) << evidence(r);
   bool got = false;
   for (const auto& q : api_->requests(since))
     if (q["path"] == "/api/v1/namespaces/kube-system/configmaps/coredns") {
@@ -826,8 +825,9 @@ TEST_F(ClusterDns, CorefileAndExternalClusterIpAreEvidence) {
       << trace();
   r = probe();
   EXPECT_EQ(r.reason, "TracerNotRunning");
-  EXPECT_NE(evidence(r).find("failed to parse configmap kube-system/coredns: Corefile: 1 unclosed {"),
-            std::string::npos)
+  EXPECT_NE(
+      evidence(r).find("failed to parse configmap kube-system/coredns: Corefile: 1 unclosed {"),
+      std::string::npos)
       << evidence(r);
 
   // RBAC refuses it: evidence says which value grants it, the check is not UNKNOWN for it.
