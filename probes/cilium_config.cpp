@@ -43,6 +43,7 @@ Result<CiliumSocketLb> parseCiliumConfig(std::string_view json_text) {
   c.kpr_value = kpr.value_or("");
   c.sock_value = sock ? *sock : legacy.value_or("");
   c.hostns_value = hostns.value_or("");
+  c.external_clusterip_value = textValue(*data, "bpf-lb-external-clusterip").value_or("");
   c.kube_proxy_replacement = kpr && (*kpr == "true" || *kpr == "strict");
   // Full kube-proxy replacement turns socket LB on unless it is switched off explicitly.
   if (sock)

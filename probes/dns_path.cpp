@@ -21,7 +21,9 @@ constexpr const char* kSocketLbHint =
 std::string ciliumObserved(const CiliumSocketLb& c) {
   return "kube-proxy-replacement=" + (c.kpr_value.empty() ? "(unset)" : c.kpr_value) +
          " bpf-lb-sock=" + (c.sock_value.empty() ? "(unset)" : c.sock_value) +
-         " bpf-lb-sock-hostns-only=" + (c.hostns_value.empty() ? "(unset)" : c.hostns_value);
+         " bpf-lb-sock-hostns-only=" + (c.hostns_value.empty() ? "(unset)" : c.hostns_value) +
+         " bpf-lb-external-clusterip=" +
+         (c.external_clusterip_value.empty() ? "(unset)" : c.external_clusterip_value);
 }
 
 CheckResult predicted(std::size_t guests) {
@@ -117,6 +119,7 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
   if (in.cilium.known) r.evidence.push_back({"cilium-config", ciliumObserved(in.cilium)});
   if (!in.cilium_note.empty()) r.evidence.push_back({"cilium-config", in.cilium_note});
   if (!in.cilium_error.empty()) r.evidence.push_back({"cilium-config", in.cilium_error});
+  for (const auto& line : in.corefile) r.evidence.push_back({"coredns Corefile", line});
   r.evidence.push_back({"virt-launcher processes",
                         in.launchers_readable ? std::to_string(in.launchers) : "unreadable"});
   return r;
@@ -153,6 +156,12 @@ CheckResult DnsPathProbe::run(const ProbeContext& ctx) {
         in.cilium_error = f->cilium_detail;
         break;
     }
+  }
+  if (auto f = cluster_ ? cluster_->facts() : std::nullopt) {
+    if (f->corefile_read == ApiRead::Ok)
+      in.corefile = describeCorefile(f->corefile);
+    else if (!f->corefile_detail.empty())
+      in.corefile = {f->corefile_detail};
   }
   if (in.tracer) {
     // The tracer's discovery follows the launchers already (proc connector, rescans): a scan of

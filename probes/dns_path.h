@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cilium_config.h"
+#include "corefile.h"
 #include "nodegate/board.h"
 #include "nodegate/probe.h"
 #include "nodegate/result.h"
@@ -32,9 +33,8 @@ struct GuestDnsStatus {
 
 struct DnsPathSummary {
   std::chrono::system_clock::time_point updated;
-  std::size_t guests = 0;              // virt-launcher netns being traced
-  std::size_t launcher_processes = 0;  // virt-launcher processes the tracer's discovery found
-  std::size_t attached_hops = 0;       // devices with the classifier attached
+  std::size_t guests = 0;         // virt-launcher netns being traced
+  std::size_t attached_hops = 0;  // devices with the classifier attached
   std::size_t queries_in_window = 0;
   std::vector<GuestDnsStatus> vms;  // one per VMI that sent queries in the window
 };
@@ -76,6 +76,10 @@ struct ClusterDnsFacts {
   ApiRead endpoints_read = ApiRead::Failed;
   std::vector<DnsEndpoint> dns_endpoints;  // the kube-dns Service's, when Ok
   std::string endpoints_detail;
+  // CoreDNS's Corefile (evidence only: a forward target and the zones guests can ask for).
+  ApiRead corefile_read = ApiRead::Failed;
+  CorefileFacts corefile;  // when Ok
+  std::string corefile_detail;
 };
 
 // Built by the composition root, written by the agent's cluster-DNS reader
@@ -93,7 +97,8 @@ struct DnsPathInputs {
   std::string cilium_error;       // configured file unreadable or malformed
   std::string cilium_note;        // how the Cilium settings were found (or that there is no Cilium)
   bool cilium_forbidden = false;  // the API refused to show cilium-config (RBAC)
-  std::size_t launchers = 0;      // virt-launcher processes: the tracer's count, or a procfs scan
+  std::vector<std::string> corefile;  // describeCorefile(), or why it was not read (evidence)
+  std::size_t launchers = 0;          // virt-launcher processes seen on the host
   bool launchers_readable = true;
 };
 
@@ -112,6 +117,9 @@ inline const SettingSpec kDnsPathDnsNamespaceSetting =
                 "namespace of the cluster DNS Service", {}, 63);
 inline const SettingSpec kDnsPathDnsServiceSetting = textSetting(
     kDnsPathCheck, "dns_service", "kube-dns", "name of the cluster DNS Service", {}, 63);
+inline const SettingSpec kDnsPathCorefileConfigMapSetting = textSetting(
+    kDnsPathCheck, "coredns_configmap", "coredns",
+    "ConfigMap (in dns_service_namespace) with CoreDNS's Corefile; \"\": not read", {}, 253);
 inline const SettingSpec kDnsPathServerProcessesSetting =
     listSetting(kDnsPathCheck, "server_processes", {"coredns"},
                 "process names (comm) of the DNS servers the Service points at", {}, 32);
@@ -136,9 +144,9 @@ inline const ProbeSpec kDnsPathSpec{
     .default_required = false,
     .settings = {&kDnsPathCiliumFileSetting, &kDnsPathCiliumNamespaceSetting,
                  &kDnsPathCiliumConfigMapSetting, &kDnsPathDnsNamespaceSetting,
-                 &kDnsPathDnsServiceSetting, &kDnsPathServerProcessesSetting,
-                 &kDnsPathQueryTimeoutSetting, &kDnsPathWindowSetting, &kDnsPathRescanSetting,
-                 &kDnsPathRescanWithEventsSetting},
+                 &kDnsPathCorefileConfigMapSetting, &kDnsPathDnsServiceSetting,
+                 &kDnsPathServerProcessesSetting, &kDnsPathQueryTimeoutSetting,
+                 &kDnsPathWindowSetting, &kDnsPathRescanSetting, &kDnsPathRescanWithEventsSetting},
 };
 
 class DnsPathProbe final : public Probe {

@@ -74,6 +74,40 @@ void readCiliumConfig(const HttpResponse& r, const ClusterDnsOptions& o, Cluster
   out.cilium_detail = "read from " + what;
 }
 
+std::string corefilePath(const ClusterDnsOptions& o) {
+  return "/api/v1/namespaces/" + urlEncode(o.dns_namespace) + "/configmaps/" +
+         urlEncode(o.corefile_configmap);
+}
+
+void readCorefile(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out) {
+  const std::string what = "configmap " + o.dns_namespace + "/" + o.corefile_configmap;
+  out.corefile = {};
+  out.corefile_read = classify(r.code);
+  switch (out.corefile_read) {
+    case ApiRead::NotFound:
+      out.corefile_detail = "not read: " + what + " does not exist";
+      return;
+    case ApiRead::Forbidden:
+      out.corefile_detail = "not read: " + what +
+                            " is forbidden to the agent (chart value "
+                            "rbac.readCoreDNSConfig, or dns-path.coredns_configmap \"\")";
+      return;
+    case ApiRead::Failed:
+      out.corefile_detail = "failed to read " + what + ": " + describe(r);
+      return;
+    case ApiRead::Ok:
+      break;
+  }
+  auto c = parseCorefileConfigMap(r.body);
+  if (!c) {
+    out.corefile_read = ApiRead::Failed;
+    out.corefile_detail = "failed to parse " + what + ": " + c.error().message;
+    return;
+  }
+  out.corefile = std::move(c).value();
+  out.corefile_detail = "read from " + what;
+}
+
 void readDnsEndpoints(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out) {
   const std::string what = "endpointslices of service " + o.dns_namespace + "/" + o.dns_service;
   out.dns_endpoints.clear();
@@ -111,6 +145,7 @@ ClusterDnsFacts fetchClusterDns(ApiClient& api, const ClusterDnsOptions& o) {
   ClusterDnsFacts f;
   readCiliumConfig(api.request("get", "GET", ciliumConfigPath(o)), o, f);
   readDnsEndpoints(api.request("list", "GET", dnsEndpointSlicesPath(o)), o, f);
+  if (!o.corefile_configmap.empty()) readCorefile(api.request("get", "GET", corefilePath(o)), o, f);
   f.updated = std::chrono::system_clock::now();
   return f;
 }
@@ -141,13 +176,16 @@ void ClusterDnsSource::loop() {
     ClusterDnsFacts f = fetchClusterDns(api_, o_);
     if (stop_.stopped()) return;
     if (!last || last->cilium_detail != f.cilium_detail ||
-        last->endpoints_detail != f.endpoints_detail) {
+        last->endpoints_detail != f.endpoints_detail ||
+        last->corefile_detail != f.corefile_detail) {
       auto level = f.cilium_read == ApiRead::Forbidden || f.cilium_read == ApiRead::Failed ||
                            f.endpoints_read != ApiRead::Ok
                        ? log::Level::Warn
                        : log::Level::Info;
       log::write(level, "cluster dns facts",
-                 {{"cilium", f.cilium_detail}, {"coredns", f.endpoints_detail}});
+                 {{"cilium", f.cilium_detail},
+                  {"coredns", f.endpoints_detail},
+                  {"corefile", f.corefile_detail}});
     }
     board_->publish(f);
     last = std::move(f);

@@ -1,6 +1,7 @@
 // What the DNS side needs from the cluster, read (never written) through the process's API
 // connection: Cilium's settings from its ConfigMap, which predict the guest DNS incident
-// (probes/dns_path.h), and the kube-dns Service's EndpointSlices, the CoreDNS pods the DNS
+// (probes/dns_path.h), CoreDNS's Corefile (its forward targets and cluster zones, evidence), and
+// the kube-dns Service's EndpointSlices, the CoreDNS pods the DNS
 // tracer's verdicts must know about (agent/dns/correlator.h). A ClusterDnsSource thread reads
 // both every `refresh` and puts the result on the ClusterDnsBoard the composition root hands to
 // it and to the readers (the dns-path probe, the DNS service); the parsing is pure and tested on
@@ -23,6 +24,7 @@ struct ClusterDnsOptions {
   std::string cilium_configmap = "cilium-config";  // dns-path.cilium_configmap
   std::string dns_namespace = "kube-system";       // dns-path.dns_service_namespace
   std::string dns_service = "kube-dns";            // dns-path.dns_service
+  std::string corefile_configmap = "coredns";      // dns-path.coredns_configmap ("": not read)
   // kube.cluster_dns_refresh_seconds (at least --resync), jittered by +-10%
   std::chrono::seconds refresh{300};
   double startup_jitter_s = 2;  // kube.startup_jitter_seconds: spreads a fleet restart
@@ -31,6 +33,7 @@ struct ClusterDnsOptions {
 
 std::string ciliumConfigPath(const ClusterDnsOptions& o);
 std::string dnsEndpointSlicesPath(const ClusterDnsOptions& o);
+std::string corefilePath(const ClusterDnsOptions& o);
 
 // A GET of the ConfigMap: 200 parsed, 404 "no Cilium" (not an error), 403 Forbidden (RBAC),
 // anything else Failed with the reason.
@@ -38,7 +41,11 @@ void readCiliumConfig(const HttpResponse& r, const ClusterDnsOptions& o, Cluster
 // A LIST of EndpointSlices: every address of every endpoint, with its readiness.
 void readDnsEndpoints(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out);
 
-// Both reads, one request each.
+// A GET of CoreDNS's ConfigMap: 200 parsed (a Corefile that does not parse is Failed with the
+// line), 404/403/other as for cilium-config; evidence only, so no verdict rests on it.
+void readCorefile(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out);
+
+// The reads, one request each (the Corefile's only when corefile_configmap is set).
 ClusterDnsFacts fetchClusterDns(ApiClient& api, const ClusterDnsOptions& o);
 
 // The reader: a thread of its own on the shared connection, publishing to `board` after every

@@ -351,14 +351,17 @@ class DaemonSet(unittest.TestCase):
     def test_config_map(self):
         lvm = {"data_warn_percent": 80, "data_fail_percent": 90, "metadata_warn_percent": 70, "metadata_fail_percent": 85}
         for case, want in [("defaults-1.31", {"gate": {"required": ["cpu-virt", "kvm-device", "tun", "kernel-modules"]},
-                                              "checks": {"lvm": lvm, "local-pv": {"kubelet_dir": "/var/lib/kubelet"}},
+                                              "checks": {"lvm": lvm, "local-pv": {"kubelet_dir": "/var/lib/kubelet"},
+                                                         "dns-path": {"coredns_configmap": "coredns"}},
                                               "damping": {}}),
                            ("custom-1.31", {"gate": {"required": ["cpu-virt", "kvm-device", "tun", "kernel-modules",
                                                                   "lvm", "time-sync"]},
                                             "checks": {"lvm": dict(lvm, data_warn_percent=70, data_fail_percent=85),
                                                        "local-pv": {"kubelet_dir": "/var/lib/kubelet"},
                                                        # rbac.readPods: false turns the pod watch off
-                                                       "kube": {"pod_watch": False}},
+                                                       "kube": {"pod_watch": False},
+                                                       # rbac.readCoreDNSConfig false: not read
+                                                       "dns-path": {"coredns_configmap": ""}},
                                             "damping": {"lvm": 3}})]:
             docs = load(case)
             ds, c = agent_container(docs)
@@ -443,6 +446,9 @@ class Rbac(unittest.TestCase):
         cilium = one(docs, "Role", "nodegate-cilium-config")
         self.assertEqual(cilium["metadata"]["namespace"], "kube-system")
         self.assertEqual(rules_of(cilium), {("", "configmaps", "get", "cilium-config")})
+        coredns = one(docs, "Role", "nodegate-coredns-config")
+        self.assertEqual(coredns["metadata"]["namespace"], "kube-system")
+        self.assertEqual(rules_of(coredns), {("", "configmaps", "get", "coredns")})
 
     def test_no_pv_reads_turns_api_discovery_off(self):
         # Without the rules the agent's PV list could only get 403: the chart turns it off too.
@@ -466,6 +472,7 @@ class Rbac(unittest.TestCase):
         self.assertEqual({r for r in default_rules if r[1] == "pods"},
                          {("", "pods", "list", None), ("", "pods", "watch", None)})
         self.assertFalse([r for r in of_kind(docs, "Role") if "cilium" in r["metadata"]["name"]])
+        self.assertFalse([r for r in of_kind(docs, "Role") if "coredns" in r["metadata"]["name"]])
 
     def test_no_write_beyond_the_list(self):
         # Nothing in the agent's RBAC may delete, update, create nodes, or touch secrets.

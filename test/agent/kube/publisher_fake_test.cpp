@@ -791,5 +791,74 @@ TEST_F(ClusterDns, ForbiddenIsUnknownWithAnRbacHint) {
       << evidence(probe());
 }
 
+// CoreDNS's Corefile is evidence beside the verdict, read with the other cluster-DNS facts; a
+// refusal is said in the evidence and never turns the check UNKNOWN.
+TEST_F(ClusterDns, CorefileAndExternalClusterIpAreEvidence) {
+  json cilium = fixtureJson("cilium-config-hostns-only.json");
+  cilium["data"]["bpf-lb-external-clusterip"] = "false";
+  createConfigMap(cilium);
+  createConfigMap(fixtureJson("coredns-configmap-stub-domain.json"));
+  long since = api_->lastSeq();
+  auto pub = startReading();
+  ASSERT_TRUE(eventually([&] {
+    auto f = board_->facts();
+    return f && f->corefile_read == ApiRead::Ok;
+  })) << trace();
+  auto r = probe();
+  EXPECT_EQ(r.reason, "TracerNotRunning") << evidence(r);
+  EXPECT_NE(evidence(r).find("coredns Corefile: .:53 answers cluster.local in-addr.arpa ip6.arpa "
+                             "(kubernetes), forwards . to /etc/resolv.conf"),
+            std::string::npos)
+      << evidence(r);
+  EXPECT_NE(evidence(r).find("coredns Corefile: consul.local:53 holds no cluster zone"),
+            std::string::npos)
+      << evidence(r);
+  EXPECT_NE(evidence(r).find("bpf-lb-external-clusterip=false"), std::string::npos) << evidence(r);
+  bool got = false;
+  for (const auto& q : api_->requests(since))
+    if (q["path"] == "/api/v1/namespaces/kube-system/configmaps/coredns") {
+      EXPECT_EQ(q["method"], "GET");
+      got = true;
+    }
+  EXPECT_TRUE(got);
+
+  // A Corefile nobody can parse: said so, with the line; the verdict does not move.
+  ASSERT_EQ(api_->call("PATCH", "/api/v1/namespaces/kube-system/configmaps/coredns",
+                       {{"data", {{"Corefile", ".:53 {\n  forward . 1.1.1.1\n"}}}},
+                       "application/merge-patch+json")
+                .code,
+            200);
+  ASSERT_TRUE(eventually([&] { return board_->facts()->corefile_read == ApiRead::Failed; }, 5s))
+      << trace();
+  r = probe();
+  EXPECT_EQ(r.reason, "TracerNotRunning");
+  EXPECT_NE(
+      evidence(r).find("failed to parse configmap kube-system/coredns: Corefile: 1 unclosed {"),
+      std::string::npos)
+      << evidence(r);
+
+  // RBAC refuses it: evidence says which value grants it, the check is not UNKNOWN for it.
+  api_->fault({{"path_re", "/configmaps/coredns$"}, {"status", 403}, {"count", -1}});
+  ASSERT_TRUE(eventually([&] { return board_->facts()->corefile_read == ApiRead::Forbidden; }, 5s))
+      << trace();
+  r = probe();
+  EXPECT_EQ(r.reason, "TracerNotRunning");
+  EXPECT_NE(evidence(r).find("rbac.readCoreDNSConfig"), std::string::npos) << evidence(r);
+}
+
+TEST_F(ClusterDns, NoCorefileReadWhenItsConfigMapIsUnset) {
+  ClusterDnsOptions o;
+  o.refresh = 1s;
+  o.startup_jitter_s = 0;
+  o.corefile_configmap = "";
+  long since = api_->lastSeq();
+  auto pub = std::make_unique<ClusterDnsSource>(connection(), o, board_);
+  ASSERT_TRUE(eventually([&] { return read(ApiRead::NotFound); })) << trace();
+  for (const auto& q : api_->requests(since))
+    EXPECT_EQ(q["path"].get<std::string>().find("/configmaps/coredns"), std::string::npos);
+  EXPECT_EQ(board_->facts()->corefile_detail, "");
+  EXPECT_EQ(evidence(probe()).find("coredns Corefile"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace nodegate::kube
