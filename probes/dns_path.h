@@ -33,8 +33,9 @@ struct GuestDnsStatus {
 
 struct DnsPathSummary {
   std::chrono::system_clock::time_point updated;
-  std::size_t guests = 0;         // virt-launcher netns being traced
-  std::size_t attached_hops = 0;  // devices with the classifier attached
+  std::size_t guests = 0;              // virt-launcher netns being traced
+  std::size_t launcher_processes = 0;  // virt-launcher processes the tracer's discovery found
+  std::size_t attached_hops = 0;       // devices with the classifier attached
   std::size_t queries_in_window = 0;
   std::vector<GuestDnsStatus> vms;  // one per VMI that sent queries in the window
 };
@@ -98,7 +99,7 @@ struct DnsPathInputs {
   std::string cilium_note;        // how the Cilium settings were found (or that there is no Cilium)
   bool cilium_forbidden = false;  // the API refused to show cilium-config (RBAC)
   std::vector<std::string> corefile;  // describeCorefile(), or why it was not read (evidence)
-  std::size_t launchers = 0;          // virt-launcher processes seen on the host
+  std::size_t launchers = 0;  // virt-launcher processes: the tracer's count, or a procfs scan
   bool launchers_readable = true;
 };
 

@@ -7,6 +7,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
+#include "dns/trace_view.h"
 #include "nodegate/log.h"
 
 namespace nodegate::dns {

@@ -49,14 +49,14 @@ TEST(Accounting, WindowJudgesByTheNewestVerdictAndCountsTheRest) {
   prometheus::Registry reg;
   Accounting acc(reg, {});
   acc.present({"ns/a"});
-  acc.account({trace("ns/a", Verdict::Unanswered), trace("ns/a", Verdict::Answered),
-               trace("ns/a", Verdict::ServerError, "bad.example.")},
-              {});
+  QueryTrace failed = trace("ns/a", Verdict::ServerError, "bad.example.");
+  failed.original_daddr = "10.96.0.10";  // the server the guest asked
+  acc.account({trace("ns/a", Verdict::Unanswered), trace("ns/a", Verdict::Answered), failed}, {});
   auto s = acc.summarize(std::chrono::system_clock::now(), 1, 4);
   ASSERT_EQ(s.summary.vms.size(), 1u);
   EXPECT_EQ(s.summary.vms[0].vmi, "ns/a");
   EXPECT_EQ(s.summary.vms[0].state, GuestDnsState::ServerError);
-  EXPECT_EQ(s.summary.vms[0].detail, "bad.example. A: error");
+  EXPECT_EQ(s.summary.vms[0].detail, "bad.example. A: error from 10.96.0.10");
   EXPECT_EQ(s.summary.vms[0].answered, 1u);
   EXPECT_EQ(s.summary.vms[0].failed, 2u);
   EXPECT_EQ(s.summary.queries_in_window, 3u);
