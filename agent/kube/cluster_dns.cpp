@@ -47,31 +47,42 @@ std::string dnsEndpointSlicesPath(const ClusterDnsOptions& o) {
          urlEncode("kubernetes.io/service-name=" + o.dns_service);
 }
 
-void readCiliumConfig(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out) {
-  const std::string what = "configmap " + o.cilium_namespace + "/" + o.cilium_configmap;
-  out.cilium = {};
-  out.cilium_read = classify(r.code);
-  switch (out.cilium_read) {
-    case ApiRead::NotFound:
-      out.cilium_detail = "no Cilium: " + what + " does not exist";
-      return;
-    case ApiRead::Forbidden:
-      out.cilium_detail = "failed to read " + what + ": " + describe(r);
-      return;
-    case ApiRead::Failed:
-      out.cilium_detail = "failed to read " + what + ": " + describe(r);
-      return;
-    case ApiRead::Ok:
-      break;
-  }
-  auto c = parseCiliumConfig(r.body);
-  if (!c) {
-    out.cilium_read = ApiRead::Failed;
-    out.cilium_detail = c.error().message + " (" + what + ")";
+namespace {
+
+// One named ConfigMap: the answer's class, the value `parse` makes of a 200's body, and a detail
+// for the log and the evidence. A 404 is a fact worded by `absent`; a refusal gets `forbidden_note`
+// (which value grants the read) after the API's words.
+template <typename T, typename Parse>
+void readConfigMap(const HttpResponse& r, const std::string& what, const std::string& absent,
+                   const std::string& forbidden_note, Parse parse, ApiRead& read, T& value,
+                   std::string& detail) {
+  value = {};
+  read = classify(r.code);
+  if (read == ApiRead::NotFound) {
+    detail = absent;
     return;
   }
-  out.cilium = *c;
-  out.cilium_detail = "read from " + what;
+  if (read != ApiRead::Ok) {
+    detail = "failed to read " + what + ": " + describe(r) +
+             (read == ApiRead::Forbidden ? forbidden_note : "");
+    return;
+  }
+  auto parsed = parse(r.body);
+  if (!parsed) {
+    read = ApiRead::Failed;
+    detail = "failed to parse " + what + ": " + parsed.error().message;
+    return;
+  }
+  value = std::move(parsed).value();
+  detail = "read from " + what;
+}
+
+}  // namespace
+
+void readCiliumConfig(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out) {
+  const std::string what = "configmap " + o.cilium_namespace + "/" + o.cilium_configmap;
+  readConfigMap(r, what, "no Cilium: " + what + " does not exist", "", parseCiliumConfig,
+                out.cilium_read, out.cilium, out.cilium_detail);
 }
 
 std::string corefilePath(const ClusterDnsOptions& o) {
@@ -81,31 +92,9 @@ std::string corefilePath(const ClusterDnsOptions& o) {
 
 void readCorefile(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out) {
   const std::string what = "configmap " + o.dns_namespace + "/" + o.corefile_configmap;
-  out.corefile = {};
-  out.corefile_read = classify(r.code);
-  switch (out.corefile_read) {
-    case ApiRead::NotFound:
-      out.corefile_detail = "not read: " + what + " does not exist";
-      return;
-    case ApiRead::Forbidden:
-      out.corefile_detail = "not read: " + what +
-                            " is forbidden to the agent (chart value "
-                            "rbac.readCoreDNSConfig, or dns-path.coredns_configmap \"\")";
-      return;
-    case ApiRead::Failed:
-      out.corefile_detail = "failed to read " + what + ": " + describe(r);
-      return;
-    case ApiRead::Ok:
-      break;
-  }
-  auto c = parseCorefileConfigMap(r.body);
-  if (!c) {
-    out.corefile_read = ApiRead::Failed;
-    out.corefile_detail = "failed to parse " + what + ": " + c.error().message;
-    return;
-  }
-  out.corefile = std::move(c).value();
-  out.corefile_detail = "read from " + what;
+  readConfigMap(r, what, "not read: " + what + " does not exist",
+                " (chart value rbac.readCoreDNSConfig, or dns-path.coredns_configmap \"\")",
+                parseCorefileConfigMap, out.corefile_read, out.corefile, out.corefile_detail);
 }
 
 void readDnsEndpoints(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out) {

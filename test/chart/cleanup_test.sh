@@ -8,7 +8,10 @@ src=${NODEGATE_SRC:?}
 for t in curl jq python3; do command -v "$t" >/dev/null || { echo "FAIL: $t is missing" >&2; exit 1; }; done
 work=$(mktemp -d /tmp/nodegate-cleanup.XXXXXX)
 server=""
-trap '[ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$work"' EXIT
+# On a failure, what the fake server said first (a traceback, or nothing): the cleanup once lost
+# its connection to it mid-run in a parallel suite, and the cause was not kept.
+trap 'rc=$?; [ "$rc" = 0 ] || { echo "--- fake API server output:" >&2; cat "$work/server.out" >&2 2>/dev/null; }
+      [ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$work"' EXIT
 
 cond() { printf '{"type":"%s","status":"%s","reason":"R","message":"m"}' "$1" "$2"; }
 cat >"$work/state.json" <<JSON
