@@ -2,7 +2,8 @@
 // (bpf/dns_wire.cpp). The first input byte picks how much of the message the "capture" holds (as
 // the kernel's record size would, and larger, which the decoder must also survive); the rest is the
 // message after its header. The output must always be a NUL-terminated name within the record and
-// only the two question flags, and a ring record must decode as its captured bytes do.
+// only the two question flags, and a ring record must decode as its captured bytes do (one with
+// no message and a not-a-message flag, as ICMP/SYN/RST records are, decodes to no question).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -36,11 +37,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   ng_dns_event ev;
   if (!nodegate::dns::decodeRecord(rec.data(), rec.size(), ev)) std::abort();
   if (std::memchr(ev.qname, '\0', sizeof ev.qname) == nullptr) std::abort();
-  std::size_t captured = room < head.qrest ? room : head.qrest;
-  if (captured > NG_DNS_QNAME_MAX) captured = NG_DNS_QNAME_MAX;
-  const auto same = decodeQuestion(msg, captured, head.qrest);
-  if (std::strcmp(same.qname, ev.qname) != 0 || same.qtype != ev.qtype) std::abort();
-  if ((ev.flags & (NG_F_PARSE_ERR | NG_F_QNAME_TRUNC)) != same.flags) std::abort();
+  if (head.qrest == 0 && (head.flags & NG_F_NOT_DNS_MSG)) {
+    // An ICMP error without its quote, a SYN, a RST: no message, so nothing to decode and no
+    // parse error (the head's fill has those flags set).
+    if (ev.qname[0] != '\0' || ev.qtype != 0) std::abort();
+    if (ev.flags & (NG_F_PARSE_ERR | NG_F_QNAME_TRUNC)) std::abort();
+  } else {
+    std::size_t captured = room < head.qrest ? room : head.qrest;
+    if (captured > NG_DNS_QNAME_MAX) captured = NG_DNS_QNAME_MAX;
+    const auto same = decodeQuestion(msg, captured, head.qrest);
+    if (std::strcmp(same.qname, ev.qname) != 0 || same.qtype != ev.qtype) std::abort();
+    if ((ev.flags & (NG_F_PARSE_ERR | NG_F_QNAME_TRUNC)) != same.flags) std::abort();
+  }
   if (ev.hop != 0 || ev.dns_id != head.dns_id || ev.ts_ns != head.ts_ns) std::abort();
   // Shorter than the fixed part is refused, never read past.
   if (nodegate::dns::decodeRecord(rec.data(), NG_DNS_REC_HEAD - 1, ev)) std::abort();
