@@ -128,6 +128,9 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
 CheckResult DnsPathProbe::run(const ProbeContext& ctx) {
   DnsPathInputs in;
   if (source_) in.tracer = source_->summary();
+  // One snapshot of the cluster's facts for the whole run (the Cilium settings and the Corefile
+  // of the same read).
+  const auto facts = cluster_ ? cluster_->facts() : std::nullopt;
   std::string path = ctx.config.text(kDnsPathCiliumFileSetting);
   if (!path.empty()) {
     // An exported copy (`kubectl get cm -n kube-system cilium-config -o json`) for a one-shot
@@ -140,7 +143,7 @@ CheckResult DnsPathProbe::run(const ProbeContext& ctx) {
     } else {
       in.cilium_error = c.error().message + " (" + path + ")";
     }
-  } else if (auto f = cluster_ ? cluster_->facts() : std::nullopt) {
+  } else if (const auto& f = facts) {
     switch (f->cilium_read) {
       case ApiRead::Ok:
         in.cilium = f->cilium;
@@ -157,11 +160,11 @@ CheckResult DnsPathProbe::run(const ProbeContext& ctx) {
         break;
     }
   }
-  if (auto f = cluster_ ? cluster_->facts() : std::nullopt) {
-    if (f->corefile_read == ApiRead::Ok)
-      in.corefile = describeCorefile(f->corefile);
-    else if (!f->corefile_detail.empty())
-      in.corefile = {f->corefile_detail};
+  if (facts) {
+    if (facts->corefile_read == ApiRead::Ok)
+      in.corefile = describeCorefile(facts->corefile);
+    else if (!facts->corefile_detail.empty())
+      in.corefile = {facts->corefile_detail};
   }
   if (in.tracer) {
     // The tracer's discovery follows the launchers already (proc connector, rescans): a scan of
