@@ -46,16 +46,7 @@ app.kubernetes.io/part-of: nodegate
 {{- if not .Values.image.repository -}}
 {{- fail "image.repository is not set, and nodegate publishes no image to default to. Build one from this repository: `tools/image/build.sh BUILD_DIR OUT_DIR` (Debian's mmdebstrap and umoci, no container engine) or tools/image/Dockerfile with buildah, podman or docker (docs/install.md, \"The image\"), push it to a registry your nodes pull from, then install with --set image.repository=REGISTRY/nodegate --set image.tag=TAG (or image.digest=sha256:...)" -}}
 {{- end -}}
-{{- $repo := .Values.image.repository -}}
-{{- with (.Values.global | default dict).imageRegistry -}}
-{{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo -}}
-{{- end -}}
-{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
-{{- if .Values.image.digest -}}
-{{- printf "%s@%s" $repo .Values.image.digest -}}
-{{- else -}}
-{{- printf "%s:%s" $repo $tag -}}
-{{- end -}}
+{{- include "nodegate.imageRef" (dict "registry" (.Values.global | default dict).imageRegistry "repository" .Values.image.repository "tag" (default .Chart.AppVersion .Values.image.tag) "digest" .Values.image.digest) -}}
 {{- end -}}
 
 {{/* The gate label key: <prefix>/vm-ready unless set. */}}
@@ -166,15 +157,21 @@ port: {{ $.Values.agent.healthPort }}
 {{- end }}
 {{- end -}}
 
-{{/* The kube-rbac-proxy image, global.imageRegistry applied as to nodegate's. */}}
+{{/* REGISTRY/REPOSITORY@DIGEST or :TAG; an empty registry leaves the repository as it is. */}}
+{{- define "nodegate.imageRef" -}}
+{{- $repo := .repository -}}
+{{- with .registry -}}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo -}}
+{{- end -}}
+{{- if .digest -}}
+{{- printf "%s@%s" $repo .digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo .tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The kube-rbac-proxy image: global.imageRegistry, when set, applies to it as to nodegate's. */}}
 {{- define "nodegate.rbacProxyImage" -}}
 {{- $i := .Values.kubeRBACProxy.image -}}
-{{- $registry := default $i.registry (.Values.global | default dict).imageRegistry -}}
-{{- $repo := $i.repository -}}
-{{- if $registry -}}{{- $repo = printf "%s/%s" (trimSuffix "/" $registry) $i.repository -}}{{- end -}}
-{{- if $i.digest -}}
-{{- printf "%s@%s" $repo $i.digest -}}
-{{- else -}}
-{{- printf "%s:%s" $repo $i.tag -}}
-{{- end -}}
+{{- include "nodegate.imageRef" (dict "registry" (default $i.registry (.Values.global | default dict).imageRegistry) "repository" $i.repository "tag" $i.tag "digest" $i.digest) -}}
 {{- end -}}
