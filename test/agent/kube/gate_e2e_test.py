@@ -15,9 +15,12 @@ fixture's cpuinfo), an agent restart and a kill -9 while closed, and the last VM
 (the label goes, the taint follows the gate); pods RBAC answering 403 (no label removed); a
 node-readiness-controller rule turning nodegate's condition into a taint it owns (nodegate never
 edits, removes or fights over it); a probe timeout under running VM pods (lvm UNKNOWN: the label
-the pods select stays).
+the pods select stays); a D-Bus restart under running VM pods (time-sync against a real
+dbus-daemon with the D-Bus test service, the kernel clock marked synchronised for the case the
+way an NTP daemon does, then restored: the label stays).
 
-Needs $NODEGATE (CTest sets it). TCP ports 19470-19499 (fake server 19470-19479, agent
+Needs $NODEGATE, $NODEGATE_DBUS_TEST_SERVICE and $NODEGATE_DBUS_TEST_CONFIG (CTest sets them),
+root for adjtimex(2) in the D-Bus case. TCP ports 19470-19499 (fake server 19470-19479, agent
 listeners 19480-19499)."""
 
 import copy
@@ -456,6 +459,14 @@ class GateE2E(unittest.TestCase):
         self.assertGreaterEqual(sent, 2)
         self.assert_every_version_admits_running_pods()
 
+    def assert_label_never_went(self):
+        seen = False
+        for rv, node in self.history.snapshot():
+            has = (node["metadata"].get("labels") or {}).get(GATE) == "true"
+            self.assertFalse(seen and not has, "rv %d: the gate label went under a running VM" % rv)
+            seen = seen or has
+        self.assertTrue(seen, "the gate label never appeared")
+
     def test_probe_timeout_under_running_vms_keeps_the_label(self):
         """A transient UNKNOWN (lvm's command hangs past its deadline once) closes the gate for
         new VMs but removes nothing the running VM pods select."""
@@ -487,12 +498,82 @@ class GateE2E(unittest.TestCase):
         self.closed_windows[-1][1] = self.rv_now()
         self.assertTrue(eventually(self.is_open, 30), self.log()[-3000:])
         # The label was never gone, in any version since it first appeared.
-        seen = False
-        for rv, node in self.history.snapshot():
-            has = (node["metadata"].get("labels") or {}).get(GATE) == "true"
-            self.assertFalse(seen and not has, "rv %d: the gate label went under a running VM" % rv)
-            seen = seen or has
+        self.assert_label_never_went()
         self.assert_every_version_admits_running_pods()
+
+    def test_dbus_restart_under_running_vms_keeps_the_label(self):
+        """systemd restarts dbus-daemon (an upgrade, a crash): time-sync cannot ask timedated for
+        a moment and says WARN/TimedateUnavailable. That closes the gate for new VMs and removes
+        nothing the running VM pods select; with the bus back the node opens again."""
+        bus_dir = os.path.join(self.tmp, "bus-" + self._testMethodName)
+        os.makedirs(bus_dir, exist_ok=True)
+        bus = os.path.join(bus_dir, "bus")
+        clock = KernelClockSynced()
+        self.addCleanup(clock.restore)
+        bus_procs = []
+
+        def start_bus():
+            daemon = subprocess.Popen(
+                ["dbus-daemon", "--config-file=" + os.environ["NODEGATE_DBUS_TEST_CONFIG"],
+                 "--address=unix:path=" + bus, "--nofork", "--nopidfile", "--print-address"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            self.assertTrue(daemon.stdout.readline().startswith("unix:"), "dbus-daemon did not start")
+            service = subprocess.Popen(
+                [os.environ["NODEGATE_DBUS_TEST_SERVICE"], "--address", "unix:path=" + bus,
+                 "--synced", "1", "--ntp", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            self.assertEqual(service.stdout.readline().strip(), "ready", "D-Bus test service did not start")
+            bus_procs[:] = [service, daemon]
+
+        def stop_bus():
+            for p in bus_procs:
+                stop(p, 5)
+                p.stdout.close()
+            bus_procs.clear()
+            if os.path.exists(bus):
+                os.unlink(bus)
+
+        self.addCleanup(stop_bus)
+        start_bus()
+        self.config["gate"]["required"] = ["cpu-virt", "time-sync"]
+        self.config["checks"]["time-sync"] = {"bus": bus, "grace_seconds": 0, "max_error_seconds": 100}
+        self.gate_condition = "TimeSynchronized"
+        self.create_node()
+        self.start_agent()
+        self.assertTrue(eventually(self.is_open, 30), self.log()[-3000:])
+        self.run_pod("vm-a")
+        self.assertTrue(eventually(lambda: self.gate_api().get("pod_view", {}).get("pods") == 1, 10))
+
+        self.closed_windows.append([self.rv_now(), None])
+        stop_bus()
+        self.assertTrue(eventually(self.closed_for_new_vms, 20), self.log()[-3000:])
+        _, body = self.http("/api/v1/checks/time-sync")
+        check = json.loads(body)
+        self.assertEqual((check["status"], check["reason"]), ("WARN", "TimedateUnavailable"), body)
+        self.assertEqual(self.labels().get(GATE), "true")
+        self.assertIn(GATE, self.held())
+        time.sleep(DELAY + 1)  # past the release delay: a hold is not a timer
+        self.assertEqual(self.labels().get(GATE), "true")
+
+        start_bus()  # the restarted bus at the same address; the agent reconnects on its next run
+        self.closed_windows[-1][1] = self.rv_now()
+        self.assertTrue(eventually(self.is_open, 30), self.log()[-3000:])
+        self.assert_label_never_went()
+        self.assert_every_version_admits_running_pods()
+
+
+class KernelClockSynced:
+    """Marks the kernel clock synchronised (STA_UNSYNC clear, maxerror 0.1 s) the way an NTP
+    daemon does through adjtimex(2), so time-sync can PASS on a machine without one; restore()
+    puts back what it found. CTest gives every test that reads the kernel clock one resource lock."""
+
+    def __init__(self):
+        out = subprocess.run(["adjtimex", "--print"], check=True, capture_output=True, text=True).stdout
+        fields = dict(re.findall(r"^\s*(\w+):\s*(-?\d+)", out, re.M))
+        self.status, self.maxerror = fields["status"], fields["maxerror"]
+        subprocess.run(["adjtimex", "--status", "0", "--maxerror", "100000"], check=True)
+
+    def restore(self):
+        subprocess.run(["adjtimex", "--status", self.status, "--maxerror", self.maxerror], check=True)
 
 
 if __name__ == "__main__":
