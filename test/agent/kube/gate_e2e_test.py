@@ -459,6 +459,15 @@ class GateE2E(unittest.TestCase):
         self.assertGreaterEqual(sent, 2)
         self.assert_every_version_admits_running_pods()
 
+    def open_with_running_vm(self):
+        """The node made, the agent started and the gate open, with one VM pod running that the
+        agent's pod view has seen."""
+        self.create_node()
+        self.start_agent()
+        self.assertTrue(eventually(self.is_open, 30), self.log()[-3000:])
+        self.run_pod("vm-a")
+        self.assertTrue(eventually(lambda: self.gate_api().get("pod_view", {}).get("pods") == 1, 10))
+
     def assert_label_never_went(self):
         seen = False
         for rv, node in self.history.snapshot():
@@ -481,11 +490,7 @@ class GateE2E(unittest.TestCase):
         self.config["checks"]["lvm"] = {"timeout_seconds": 1}
         self.gate_condition = "LocalStorageHealthy"
         self.lvm_command = wrapper
-        self.create_node()
-        self.start_agent()
-        self.assertTrue(eventually(self.is_open, 30), self.log()[-3000:])
-        self.run_pod("vm-a")
-        self.assertTrue(eventually(lambda: self.gate_api().get("pod_view", {}).get("pods") == 1, 10))
+        self.open_with_running_vm()
         self.closed_windows.append([self.rv_now(), None])
         with open(mode, "w") as f:
             f.write("hang:1")
@@ -537,11 +542,7 @@ class GateE2E(unittest.TestCase):
         self.config["gate"]["required"] = ["cpu-virt", "time-sync"]
         self.config["checks"]["time-sync"] = {"bus": bus, "grace_seconds": 0, "max_error_seconds": 100}
         self.gate_condition = "TimeSynchronized"
-        self.create_node()
-        self.start_agent()
-        self.assertTrue(eventually(self.is_open, 30), self.log()[-3000:])
-        self.run_pod("vm-a")
-        self.assertTrue(eventually(lambda: self.gate_api().get("pod_view", {}).get("pods") == 1, 10))
+        self.open_with_running_vm()
 
         self.closed_windows.append([self.rv_now(), None])
         stop_bus()
