@@ -565,7 +565,7 @@ class GateE2E(unittest.TestCase):
 class KernelClockSynced:
     """Marks the kernel clock synchronised (STA_UNSYNC clear, maxerror 0.1 s) the way an NTP
     daemon does through adjtimex(2), so time-sync can PASS on a machine without one; restore()
-    puts back what it found. CTest gives every test that reads the kernel clock one resource lock."""
+    puts back what it found. CTest gives this test and dbus_time_sync_e2e one resource lock."""
 
     def __init__(self):
         out = subprocess.run(["adjtimex", "--print"], check=True, capture_output=True, text=True).stdout
