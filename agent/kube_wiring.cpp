@@ -51,6 +51,7 @@ KubeSettings kubeSettings(const Options& opts, const Config& config) {
   s.pod_watch = config.flag(kKubePodWatchSetting);
   s.pods.node_name = opts.node_name;
   s.pods.watch_timeout_s = p.watch_timeout_s;
+  s.pods.forbidden_retry_s = config.number(kKubePodForbiddenRetrySetting);
 
   s.pv_discovery = config.flag(kLocalPvApiDiscoverySetting);
   auto& v = s.pvs;

@@ -32,7 +32,7 @@ struct PodSourceOptions {
   std::size_t page_size = 500;    // a node runs 110 pods by default, a few hundred at most
   double timeout_s = 20;          // per list request
   double watch_timeout_s = 300;   // each watch asks for this, jittered up to +50%
-  double forbidden_retry_s = 60;  // 401/403 are not transient: ask again this rarely
+  double forbidden_retry_s = 60;  // kube.pod_forbidden_retry_seconds: 401/403 retried this rarely
   std::uint64_t seed = 0;         // 0: random
   bool start_thread = true;       // tests drive it themselves
 };

@@ -37,13 +37,18 @@ inline const SettingSpec kKubePodWatchSetting =
                 "list and watch the pods bound to this node (needs RBAC list/watch on pods); "
                 "false: no label is ever removed while the gate is closed, only the taint closes "
                 "the node");
+inline const SettingSpec kKubePodForbiddenRetrySetting =
+    numberSetting(kKubeSection, "pod_forbidden_retry_seconds", 60, 1, 3600,
+                  "after the API refused the pod list or watch (401/403: no RBAC), ask again this "
+                  "often — a granted Role takes effect within it; refusals are not transient, so "
+                  "faster would only spend the request budget on 403s, seconds");
 inline const SectionSpec kKubeSectionSpec{
     .name = kKubeSection,
     .summary = "the Kubernetes API connection and publisher",
     .settings = {&kKubeQpsSetting, &kKubeBurstSetting, &kKubeHeartbeatSetting,
                  &kKubeStartupJitterSetting, &kKubeWatchTimeoutSetting, &kKubeEventNamespaceSetting,
                  &kKubeClusterDnsRefreshSetting, &kKubeLabelReleaseDelaySetting,
-                 &kKubePodWatchSetting},
+                 &kKubePodWatchSetting, &kKubePodForbiddenRetrySetting},
 };
 
 }  // namespace nodegate
