@@ -95,6 +95,12 @@ struct ProbeSpec {
   std::string condition;          // the Node condition it feeds ("" none)
   bool default_required = false;  // in the default gate.required
   std::vector<const SettingSpec*> settings;
+  // The checks whose results this probe reads (ProbeContext::read). The runner starts the probe
+  // after those of the same cycle have finished or missed their deadline, and a cycle that runs
+  // one of them runs the probe too, so it never compares against an older verdict than the one
+  // just published. A check not run in the cycle is read as its latest run. No cycles: a probe
+  // that reads itself, directly or not, is refused when the runner is built.
+  std::vector<std::string> reads = {};
 };
 
 // Settings every check has, read by the agent's loop under checks.<check>.<key>. Their
