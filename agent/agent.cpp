@@ -184,10 +184,15 @@ int runAgent(const Options& opts) {
   seams.api_pvs = kube->api_pvs;
   seams.cluster_dns = cluster_dns;
   seams.dns_verdicts = dns_verdicts;
+  seams.kubevirt = kube->kubevirt;
   if (!opts.device_probe.empty()) seams.device_probe = deviceProbeClient(opts.device_probe);
   auto runner = std::make_shared<Runner>(makeProbes(seams), host, initial_config, ro);
   runner->addPublisher(std::make_shared<MetricsPublisher>(registry));
   runner->addPublisher(kube->publisher);
+  if (kube->kubevirt)  // weak: the runner holds the board (through the probe): no cycle
+    kube->kubevirt->onChange([weak = std::weak_ptr<Runner>(runner)] {
+      if (auto r = weak.lock()) r->trigger(kTriggerKube);
+    });
   ProcessMetrics process(*registry, HostRoot("/"));
 
   PageSections sections;
@@ -200,6 +205,18 @@ int runAgent(const Options& opts) {
   ep.page_info = PageInfo{opts.node_name, kVersion, 10, opts.runbook_base_url};
   AgentRouters routers = makeAgentRouters(ep);
 
+  if (kube->kubevirt) {
+    // kubevirt-node's first run waits for the API's first look at the Node and its pods
+    // (normally well under a second), so a restart re-publishes the same verdict.
+    constexpr auto kKubeFirstLookWait = std::chrono::seconds(10);
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool seen = kube->kubevirt->waitUntilSeen(kKubeFirstLookWait);
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - t0);
+    log::info(seen ? "kubevirt-node: the Node and its pods are seen"
+                   : "kubevirt-node: the Node or its pods not seen yet: first run without them",
+              {{"waited_ms", std::to_string(waited.count())}});
+  }
   runner->start();
   auto events = KernelEvents::start(
       host, [runner](std::uint32_t bits) { runner->trigger(bits); }, registry, seams);

@@ -28,10 +28,11 @@ enum Trigger : std::uint32_t {
   kTriggerDBusTime = 1u << 4,   // timedate1 PropertiesChanged
   kTriggerDns = 1u << 5,        // DNS tracer verdict changed
   kTriggerMounts = 1u << 6,     // mount table changed
+  kTriggerKube = 1u << 7,       // the Node or a pod bound to it changed what kubevirt-node reads
 };
 
 // Trigger names as used in config, docs and metrics: timer, udev-misc, udev-block, netlink,
-// dbus-time, dns, mounts.
+// dbus-time, dns, mounts, kube.
 std::string_view triggerName(std::uint32_t bit);  // "other" for an unknown bit
 std::optional<std::uint32_t> parseTriggerName(std::string_view name);
 const std::vector<std::string>& triggerNames();
