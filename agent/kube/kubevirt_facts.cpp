@@ -62,9 +62,8 @@ void KubeVirtFactsBoard::onChange(std::function<void()> fn) {
 
 bool KubeVirtFactsBoard::waitUntilSeen(std::chrono::milliseconds timeout) {
   std::unique_lock l(mu_);
-  return seen_cv_.wait_for(l, timeout, [&] {
-    return node_ && (!pods_ || (handlers_ && handlers_->complete));
-  });
+  return seen_cv_.wait_for(l, timeout,
+                           [&] { return node_ && (!pods_ || (handlers_ && handlers_->complete)); });
 }
 
 void KubeVirtFactsBoard::changed() {
