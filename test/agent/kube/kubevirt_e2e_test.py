@@ -27,12 +27,11 @@ import subprocess
 import sys
 import tempfile
 import unittest
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "..", "..", "..")
 sys.path.insert(0, os.path.join(HERE, "..", "..", "fakeapi"))
-from harness import FakeApi, eventually, free_port, nodegate_binary, stop  # noqa: E402
+from harness import FakeApi, agent_get, eventually, free_port, nodegate_binary, stop  # noqa: E402
 
 NODE = "vm-node-7"
 NS = "kubevirt"
@@ -80,11 +79,7 @@ class KubeVirtE2E(unittest.TestCase):
         self.assertTrue(eventually(lambda: self.http("/readyz")[0] == 200, 30), self.log()[-3000:])
 
     def http(self, path, port=None):
-        try:
-            with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port or self.debug_port, path), timeout=5) as r:
-                return r.status, r.read().decode()
-        except OSError as e:
-            return getattr(e, "code", 0), ""
+        return agent_get(port or self.debug_port, path)
 
     def check(self, name="kubevirt-node"):
         status, body = self.http("/api/v1/checks/" + name)
