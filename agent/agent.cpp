@@ -116,6 +116,26 @@ class ExtensionStarter {
   std::thread thread_;  // last: it starts in the constructor, after the members it uses
 };
 
+// kubevirt-node's facts (none without an API connection): a change of them re-runs the check
+// (trigger `kube`), and the first cycle waits for the API's first look at the Node and its pods
+// (normally well under a second; at most 10 s), so that a restart re-publishes the same verdict
+// instead of NodeNotRead and then the verdict again (two writes and two Events for nothing).
+void wireKubeVirtFacts(kube::KubeVirtFactsBoard* board, const std::shared_ptr<Runner>& runner) {
+  if (!board) return;
+  // Weak: the runner holds the board (through the probe); a strong capture would be a cycle.
+  board->onChange([weak = std::weak_ptr<Runner>(runner)] {
+    if (auto r = weak.lock()) r->trigger(kTriggerKube);
+  });
+  constexpr auto kKubeFirstLookWait = std::chrono::seconds(10);
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool seen = board->waitUntilSeen(kKubeFirstLookWait);
+  const auto waited =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  log::info(seen ? "kubevirt-node: the Node and its pods are seen"
+                 : "kubevirt-node: the Node or its pods not seen yet: first run without them",
+            {{"waited_ms", std::to_string(waited.count())}});
+}
+
 // Takes signals until SIGTERM or SIGINT; SIGHUP reloads --config (a bad one keeps the old).
 void serveSignals(const sigset_t& sigs, const Options& opts, Runner& runner) {
   for (;;) {
@@ -184,10 +204,12 @@ int runAgent(const Options& opts) {
   seams.api_pvs = kube->api_pvs;
   seams.cluster_dns = cluster_dns;
   seams.dns_verdicts = dns_verdicts;
+  seams.kubevirt = kube->kubevirt;
   if (!opts.device_probe.empty()) seams.device_probe = deviceProbeClient(opts.device_probe);
   auto runner = std::make_shared<Runner>(makeProbes(seams), host, initial_config, ro);
   runner->addPublisher(std::make_shared<MetricsPublisher>(registry));
   runner->addPublisher(kube->publisher);
+  wireKubeVirtFacts(kube->kubevirt.get(), runner);
   ProcessMetrics process(*registry, HostRoot("/"));
 
   PageSections sections;

@@ -113,6 +113,10 @@ Result<KubeSide> startKubeSide(const Options& opts, const KubeSettings& settings
         "pod watch off (kube.pod_watch=false): a closed gate keeps every label, only the "
         "taint closes the node",
         {{"node", opts.node_name}});
+  side.kubevirt = std::make_shared<kube::KubeVirtFactsBoard>(side.pods);
+  publisher_options.node_seen = [board = side.kubevirt](const nlohmann::json& node) {
+    board->nodeSeen(node);
+  };
   side.publisher = kube::startPublisher(side.connection, publisher_options, side.pods);
   if (settings.pv_discovery) {
     log::info("local-pv api discovery on",

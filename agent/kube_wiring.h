@@ -1,6 +1,8 @@
 // The Kubernetes side of `nodegate agent`, as the composition root (agent.cpp) builds it: the
 // settings of each part from flags and --config, then one Connection (credentials, flow control,
-// transport) shared by the publisher, local-pv's PV reader and the cluster-DNS reader. Nothing
+// transport) shared by the publisher, local-pv's PV reader and the cluster-DNS reader;
+// kubevirt-node's facts come from the publisher's Node watch and the pod source, with no
+// request of their own. Nothing
 // below agent/ sees Options: each part takes its own settings.
 #pragma once
 
@@ -11,6 +13,7 @@
 #include "cli/options.h"
 #include "kube/cluster_dns.h"
 #include "kube/connection.h"
+#include "kube/kubevirt_facts.h"
 #include "kube/pod_source.h"
 #include "kube/pv_source.h"
 #include "nodegate/config.h"
@@ -39,6 +42,9 @@ struct KubeSide {
   std::shared_ptr<kube::PodSource> pods;                // this node's pods; null unless connected
   std::shared_ptr<PvSource> api_pvs;                    // for Seams::api_pvs; null unless connected
   std::unique_ptr<kube::ClusterDnsSource> cluster_dns;  // writes `facts`; null unless connected
+  // For Seams::kubevirt: the Node (the publisher's watch) and the virt-handler pods (`pods`);
+  // null unless connected.
+  std::shared_ptr<kube::KubeVirtFactsBoard> kubevirt;
 };
 
 // Connects (unless --kube none) and starts the parts. With --kube auto, no usable cluster means

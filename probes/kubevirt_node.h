@@ -17,8 +17,9 @@
 //
 // Inputs: the Node and this node's virt-handler pods from the API (a KubeVirtSource, injected
 // through Seams::kubevirt: the agent's pod source and node watch fill it) and the kvm-device,
-// tun and vhost-net results of the same cycle. Without an API connection there is no source and
-// the check is not registered.
+// tun and vhost-net results of the same cycle (ProbeSpec::reads). Without an API connection
+// (`nodegate check`, `--kube none`) there is no source and the check is UNKNOWN/NoApiConnection:
+// registered all the same, so every mode lists the same checks and conditions.
 #pragma once
 
 #include <chrono>
@@ -34,6 +35,7 @@
 #include "nodegate/check.h"
 #include "nodegate/probe.h"
 #include "nodegate/result.h"
+#include "nodegate/spec.h"
 
 namespace nodegate {
 
@@ -45,6 +47,7 @@ struct KubeVirtNodeView {
   std::map<std::string, std::string> allocatable;  // the same for status.allocatable
   std::optional<std::string> schedulable;          // label kubevirt.io/schedulable
   std::optional<std::string> heartbeat;            // annotation kubevirt.io/heartbeat
+  bool operator==(const KubeVirtNodeView&) const = default;
 };
 KubeVirtNodeView kubevirtNodeView(const nlohmann::json& node);
 Result<KubeVirtNodeView> parseKubeVirtNode(std::string_view node_json);
@@ -91,5 +94,34 @@ struct KubeVirtNodeInputs {
   std::chrono::seconds heartbeat_stale{300};  // checks.kubevirt-node.heartbeat_stale_seconds
 };
 CheckResult evaluateKubeVirtNode(const KubeVirtNodeInputs& in);
+
+inline const SettingSpec kKubeVirtNodeHeartbeatStaleSetting = integerSetting(
+    kKubeVirtNodeCheck, "heartbeat_stale_seconds", 300, 30, 86400,
+    "virt-handler's kubevirt.io/heartbeat older than this is HeartbeatStale, seconds "
+    "(virt-controller marks the node unschedulable at 300)");
+inline const ProbeSpec kKubeVirtNodeSpec{
+    .name = kKubeVirtNodeCheck,
+    .summary =
+        "KubeVirt's view of the node (devices.kubevirt.io capacity and allocatable, "
+        "kubevirt.io/schedulable, virt-handler's heartbeat and pod) agrees with kvm-device, tun "
+        "and vhost-net",
+    .triggers = kTriggerTimer | kTriggerKube,
+    .condition = "KubeVirtNodeHealthy",
+    // Advisory: it explains a Pending VM, and a node without KubeVirt must not be closed by it.
+    .default_required = false,
+    .settings = {&kKubeVirtNodeHeartbeatStaleSetting},
+    .reads = {"kvm-device", "tun", "vhost-net"},
+};
+
+class KubeVirtNodeProbe final : public Probe {
+ public:
+  // source: null without an API connection.
+  explicit KubeVirtNodeProbe(std::shared_ptr<KubeVirtSource> source) : source_(std::move(source)) {}
+  const ProbeSpec& spec() const override { return kKubeVirtNodeSpec; }
+  CheckResult run(const ProbeContext& ctx) override;
+
+ private:
+  std::shared_ptr<KubeVirtSource> source_;
+};
 
 }  // namespace nodegate

@@ -10,6 +10,7 @@
 #include "hugepages.h"
 #include "iommu.h"
 #include "kernel_modules.h"
+#include "kubevirt_node.h"
 #include "kvm_device.h"
 #include "local_pv.h"
 #include "lvm.h"
@@ -75,6 +76,8 @@ const Entry kEntries[] = {
     {&kDnsPathSpec,  // agent/dns fills the verdicts
      [](Shared& s) { return make<DnsPathProbe>(s.seams.dns_verdicts, s.seams.cluster_dns); }},
     {&kNodeServicesSpec, [](Shared& s) { return make<NodeServicesProbe>(s.seams.dbus); }},
+    // Reads kvm-device, tun and vhost-net; the agent's API watches fill its source.
+    {&kKubeVirtNodeSpec, [](Shared& s) { return make<KubeVirtNodeProbe>(s.seams.kubevirt); }},
 };
 
 }  // namespace

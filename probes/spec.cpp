@@ -15,7 +15,7 @@ constexpr TriggerNameEntry kTriggerNames[] = {
     {kTriggerTimer, "timer"},          {kTriggerUdevMisc, "udev-misc"},
     {kTriggerUdevBlock, "udev-block"}, {kTriggerNetLink, "netlink"},
     {kTriggerDBusTime, "dbus-time"},   {kTriggerDns, "dns"},
-    {kTriggerMounts, "mounts"},
+    {kTriggerMounts, "mounts"},        {kTriggerKube, "kube"},
 };
 
 std::string fmtNumber(double v) {
@@ -308,10 +308,14 @@ std::string settingsMarkdown(const ConfigSchema& schema) {
   out += "| setting | type | default | accepted | meaning |\n|---|---|---|---|---|\n";
   settingRows(out, commonProbeSettings());
   for (const auto* c : schema.checks) {
-    out += "\n### `checks." + c->name + "`\n\n" + cell(c->summary) +
-           ". Re-run on: " + triggerList(c->triggers) + ". Condition: " +
-           (c->condition.empty() ? std::string("none") : "`" + c->condition + "`") +
-           ". In the default gate: " + (c->default_required ? "yes" : "no") + ".\n";
+    out +=
+        "\n### `checks." + c->name + "`\n\n" + cell(c->summary) +
+        ". Re-run on: " + triggerList(c->triggers) +
+        (c->reads.empty() ? std::string()
+                          : ", and in every cycle that runs " + joined(c->reads, ", ") +
+                                " (it reads their results)") +
+        ". Condition: " + (c->condition.empty() ? std::string("none") : "`" + c->condition + "`") +
+        ". In the default gate: " + (c->default_required ? "yes" : "no") + ".\n";
     if (c->settings.empty()) {
       out += "\nNo settings of its own.\n";
       continue;

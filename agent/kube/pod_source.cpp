@@ -50,9 +50,9 @@ PodView PodSource::view() const {
   return ledger_.view(complete_, why_);
 }
 
-std::vector<VirtHandlerPod> PodSource::handlers() const {
+HandlerView PodSource::handlers() const {
   std::lock_guard lk(mu_);
-  return ledger_.handlers();
+  return {complete_, why_, ledger_.handlers()};
 }
 
 int PodSource::subscribe(Listener listener) {

@@ -37,6 +37,14 @@ struct PodSourceOptions {
   bool start_thread = true;       // tests drive it themselves
 };
 
+// The virt-handler pods bound to this node, as kubevirt-node reads them, with the view's state.
+struct HandlerView {
+  bool complete = false;  // the pods are listed and watched
+  std::string why;        // why not
+  std::vector<VirtHandlerPod> handlers;
+  bool operator==(const HandlerView&) const = default;
+};
+
 class PodSource {
  public:
   // `connection` must outlive the source.
@@ -46,7 +54,7 @@ class PodSource {
   PodSource& operator=(const PodSource&) = delete;
 
   PodView view() const;
-  std::vector<VirtHandlerPod> handlers() const;
+  HandlerView handlers() const;
 
   // Called (on the source's thread) after every change of the view: a pod added, changed in a
   // way the views show, removed, or the view turning complete or incomplete. Returns an id for

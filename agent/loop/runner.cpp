@@ -8,6 +8,8 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <set>
+#include <stdexcept>
 #include <thread>
 
 #include "nodegate/log.h"
@@ -83,33 +85,39 @@ struct Runner::Worker {
 };
 
 // The runs of one cycle, taken in turn by at most RunnerOptions::max_parallel threads that end
-// when none is left: between cycles (a minute, usually) no probe thread exists, and idle threads
-// would keep ~10 KiB of stack each resident for nothing. Shared with those threads, so one that
-// is abandoned at a deadline keeps the batch alive.
+// when none is left to take: between cycles (a minute, usually) no probe thread exists, and idle
+// threads would keep ~10 KiB of stack each resident for nothing. A run that waits for the checks
+// it reads is appended when they are done, and awaitBatch starts a thread for it if none is left.
+// Shared with those threads, so one that is abandoned at a deadline keeps the batch alive.
 struct Runner::Batch {
   struct Run {
     std::shared_ptr<Worker> w;
     std::uint64_t id = 0;
+    std::shared_ptr<const std::map<std::string, CheckResult>> reads;  // null: reads nothing
   };
   std::shared_ptr<Sync> sync;
   std::shared_ptr<const Config> cfg;
   std::vector<Run> runs;
   // Guarded by sync->mu:
-  std::size_t next = 0;  // runs before it have started
-  bool closed = false;   // shutdown: take no more runs
+  std::size_t next = 0;     // runs before it have started
+  std::size_t threads = 0;  // drain threads that have not returned
+  bool closed = false;      // shutdown: take no more runs
 
   static void drain(const std::shared_ptr<Batch>& self) {
     for (;;) {
       Run run;
       {
         std::lock_guard l(self->sync->mu);
-        if (self->closed || self->next >= self->runs.size()) return;
+        if (self->closed || self->next >= self->runs.size()) {
+          --self->threads;
+          return;
+        }
         run = self->runs[self->next++];
         run.w->busy = true;
         run.w->busy_since = Clock::now();  // the run's deadline counts from here
       }
       self->sync->cv.notify_all();
-      ProbeContext ctx{run.w->host, *self->cfg};
+      ProbeContext ctx{run.w->host, *self->cfg, run.reads.get()};
       CheckResult r = runProbe(*run.w->probe, ctx);
       {
         std::lock_guard l(self->sync->mu);
@@ -122,6 +130,30 @@ struct Runner::Batch {
   }
 };
 
+namespace {
+
+// Refuses a probe that reads its own result through others: it would wait for itself forever.
+// Specs are constants, so this is a programming error, caught by the registry's tests.
+void checkReadsHaveNoCycle(const std::vector<const ProbeSpec*>& specs) {
+  std::map<std::string, const ProbeSpec*> by_name;
+  for (const auto* s : specs) by_name[s->name] = s;
+  std::map<std::string, int> mark;  // 1: on the path being walked, 2: done
+  std::function<void(const ProbeSpec&, std::string)> walk = [&](const ProbeSpec& s,
+                                                                std::string path) {
+    path += (path.empty() ? "" : " -> ") + s.name;
+    int& m = mark[s.name];
+    if (m == 2) return;
+    if (m == 1) throw std::invalid_argument("probe reads its own result: " + path);
+    m = 1;
+    for (const auto& r : s.reads)
+      if (auto it = by_name.find(r); it != by_name.end()) walk(*it->second, path);
+    mark[s.name] = 2;
+  };
+  for (const auto* s : specs) walk(*s, "");
+}
+
+}  // namespace
+
 Runner::Runner(ProbeList probes, HostRoot host, Config config, RunnerOptions options)
     : host_(std::move(host)),
       options_(std::move(options)),
@@ -132,6 +164,9 @@ Runner::Runner(ProbeList probes, HostRoot host, Config config, RunnerOptions opt
         for (const auto& p : probes) names.emplace_back(p->name());
         return names;
       }()) {
+  std::vector<const ProbeSpec*> specs;
+  for (const auto& p : probes) specs.push_back(&p->spec());
+  checkReadsHaveNoCycle(specs);
   for (auto& p : probes) {
     auto w = std::make_shared<Worker>();
     w->probe = std::shared_ptr<Probe>(std::move(p));
@@ -271,94 +306,147 @@ void Runner::loop() {
 std::optional<std::vector<CheckResult>> Runner::runProbes(std::uint32_t bits,
                                                           std::shared_ptr<const Config> cfg) {
   const bool all = (bits & kTriggerTimer) != 0;
+  // The cycle's probes: those the bits select, and then those that read a selected one.
+  std::set<std::string> selected;
+  for (auto& w : workers_)
+    if (all || (probeTriggers(*w->probe, *cfg) & bits)) selected.emplace(w->probe->name());
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (auto& w : workers_)
+      for (const auto& r : w->probe->spec().reads)
+        if (selected.count(r) && selected.emplace(w->probe->name()).second) grew = true;
+  }
+
   auto batch = std::make_shared<Batch>();
   batch->sync = sync_;
   batch->cfg = cfg;
-  std::vector<Job> jobs;
-  std::vector<CheckResult> immediate;
+  std::vector<Job> jobs;  // registry order
+  std::map<std::string, std::size_t> job_of;
   {
     std::lock_guard l(sync_->mu);
     for (auto& w : workers_) {
-      const Probe& p = *w->probe;
-      if (!all && !(probeTriggers(p, *cfg) & bits)) continue;
-      std::string name(p.name());
-      if (w->busy) {
-        // Still stuck in an earlier run: do not stack another one on top of it.
-        double stuck = std::chrono::duration<double>(Clock::now() - w->busy_since).count();
-        immediate.push_back(makeResult(
-            name, Status::Unknown, "ProbeTimeout",
-            "probe has been running for " + fmtSeconds(stuck) + " s and has not returned",
-            "check what the probe waits for (a hung mount, device or "
-            "command); the agent keeps it UNKNOWN until it returns"));
-        continue;
-      }
+      std::string name(w->probe->name());
+      if (!selected.count(name)) continue;
+      Job j;
+      j.w = w;
       // The probe's own bounds (a command's timeout, a D-Bus call's) use timeout_seconds too:
       // the deadline allows a second more, so they report what they saw first and the deadline
       // only catches a run that does not return at all.
-      jobs.push_back(
-          Job{batch->runs.size(), cfg->probeTimeout(name) + kDeadlineGraceSeconds, std::nullopt});
-      batch->runs.push_back(Batch::Run{w, ++w->seq});
+      j.timeout = cfg->probeTimeout(name) + kDeadlineGraceSeconds;
+      if (w->busy) {
+        // Still stuck in an earlier run: do not stack another one on top of it.
+        double stuck = std::chrono::duration<double>(Clock::now() - w->busy_since).count();
+        j.result = makeResult(
+            name, Status::Unknown, "ProbeTimeout",
+            "probe has been running for " + fmtSeconds(stuck) + " s and has not returned",
+            "check what the probe waits for (a hung mount, device or "
+            "command); the agent keeps it UNKNOWN until it returns");
+      }
+      job_of[name] = jobs.size();
+      jobs.push_back(std::move(j));
+    }
+    // What each job reads: a job of this cycle (registry order does not matter: the reads are
+    // acyclic), else the check's latest run.
+    for (auto& j : jobs) {
+      const auto& reads = j.w->probe->spec().reads;
+      if (reads.empty() || j.result) continue;
+      auto latest = std::make_shared<std::map<std::string, CheckResult>>();
+      for (const auto& r : reads) {
+        if (auto it = job_of.find(r); it != job_of.end())
+          j.inputs.push_back(it->second);
+        else if (const CheckResult* last = state_.latestRun(r))
+          latest->emplace(r, *last);
+      }
+      j.reads = std::move(latest);
     }
   }
   if (!awaitBatch(batch, jobs)) return std::nullopt;  // a half cycle is not published at shutdown
-  for (auto& j : jobs) immediate.push_back(std::move(*j.result));
-  return immediate;
+  std::vector<CheckResult> results;
+  results.reserve(jobs.size());
+  for (auto& j : jobs) results.push_back(std::move(*j.result));
+  return results;
 }
 
 bool Runner::awaitBatch(const std::shared_ptr<Batch>& batch, std::vector<Job>& jobs) {
-  const std::size_t want = options_.max_parallel == 0
-                               ? batch->runs.size()
-                               : std::min(options_.max_parallel, batch->runs.size());
-  std::size_t live = 0;  // threads started and not abandoned at a deadline
+  const std::size_t to_run = static_cast<std::size_t>(
+      std::count_if(jobs.begin(), jobs.end(), [](const Job& j) { return !j.result; }));
+  const std::size_t want =
+      options_.max_parallel == 0 ? to_run : std::min(options_.max_parallel, to_run);
   int start_error = 0;
   std::unique_lock l(sync_->mu);
   for (;;) {
-    // Keep `want` threads taking runs: at the start, and in place of one stuck past a deadline.
-    while (live < want && batch->next < batch->runs.size()) {
-      if (int rc = startDetached([batch] { Batch::drain(batch); })) {
-        start_error = rc;
-        break;
-      }
-      ++live;
-    }
+    const auto now = Clock::now();
+    // Collect what finished and what missed its deadline.
     bool waiting = false;
     Clock::time_point earliest = Clock::time_point::max();
-    const auto now = Clock::now();
-    for (std::size_t i = 0; i < jobs.size(); ++i) {
-      auto& j = jobs[i];
-      const auto& run = batch->runs[j.run];
-      if (j.result) continue;
+    std::size_t stuck = 0;  // threads still inside a run abandoned at its deadline
+    for (auto& j : jobs) {
+      if (j.abandoned && j.w->done_id != batch->runs[*j.run].id) ++stuck;
+      if (j.result || !j.run || *j.run >= batch->next) continue;
+      const auto& run = batch->runs[*j.run];
       if (run.w->done_id == run.id) {
         j.result = std::move(run.w->done_result);
-        continue;
-      }
-      if (j.run >= batch->next) {  // not started
-        if (live == 0 && start_error) {
-          j.result = makeResult(
-              std::string(run.w->probe->name()), Status::Unknown, "ProbeNotStarted",
-              std::string("could not start a thread for the probe: ") + std::strerror(start_error),
-              "the agent is out of threads or memory; see its limits");
-          continue;
-        }
-        waiting = true;
         continue;
       }
       const auto deadline = run.w->busy_since + std::chrono::duration_cast<Clock::duration>(
                                                     std::chrono::duration<double>(j.timeout));
       if (now >= deadline) {
         j.result = timedOut(std::string(run.w->probe->name()), j.timeout);
-        --live;
+        j.abandoned = true;
+        ++stuck;
         continue;
       }
       waiting = true;
       earliest = std::min(earliest, deadline);
+    }
+    // Hand over the runs whose inputs are all in, with them.
+    for (auto& j : jobs) {
+      if (j.result || j.run) continue;
+      if (!std::all_of(j.inputs.begin(), j.inputs.end(),
+                       [&](std::size_t i) { return jobs[i].result.has_value(); }))
+        continue;
+      std::shared_ptr<const std::map<std::string, CheckResult>> reads = j.reads;
+      if (!j.inputs.empty()) {
+        auto all_reads = std::make_shared<std::map<std::string, CheckResult>>(*j.reads);
+        for (std::size_t i : j.inputs) all_reads->emplace(jobs[i].result->check, *jobs[i].result);
+        reads = std::move(all_reads);
+      }
+      j.run = batch->runs.size();
+      batch->runs.push_back(Batch::Run{j.w, ++j.w->seq, std::move(reads)});
+    }
+    // Keep `want` threads taking runs: at the start, in place of one stuck past a deadline, and
+    // for a run handed over after the threads of the others had ended.
+    while (batch->threads - stuck < want && batch->next < batch->runs.size()) {
+      if (int rc = startDetached([batch] { Batch::drain(batch); })) {
+        start_error = rc;
+        break;
+      }
+      ++batch->threads;
+    }
+    // Runs no thread will take. Their results may be what another job waits for: look again.
+    if (start_error && batch->threads == stuck) {
+      bool gave_up = false;
+      for (auto& j : jobs)
+        if (!j.result && j.run && *j.run >= batch->next) {
+          j.result = makeResult(
+              std::string(j.w->probe->name()), Status::Unknown, "ProbeNotStarted",
+              std::string("could not start a thread for the probe: ") + std::strerror(start_error),
+              "the agent is out of threads or memory; see its limits");
+          gave_up = true;
+        }
+      if (gave_up) continue;
     }
     if (stopping_) {
       batch->closed = true;
       return std::all_of(jobs.begin(), jobs.end(),
                          [](const Job& j) { return j.result.has_value(); });
     }
-    if (!waiting) return true;
+    const bool pending = std::any_of(jobs.begin(), jobs.end(), [&](const Job& j) {
+      return !j.result && (!j.run || *j.run >= batch->next);
+    });
+    if (!waiting && !pending) return true;
+    // A job not started yet, or waiting for its inputs, is woken by the notify of the run that
+    // starts or finishes; the earliest deadline bounds the wait otherwise.
     sync_->cv.wait_until(l, earliest);
   }
 }

@@ -10,12 +10,18 @@
 // (`checks.<probe>.timeout_seconds`, default 10 s, nodegate/spec.h): a probe that does not finish
 // in time is published as UNKNOWN/ProbeTimeout and the loop carries on; while it is still stuck it
 // is not started again.
+//
+// A probe whose spec reads other checks (ProbeSpec::reads) starts once those of its cycle have a
+// result (finished, or UNKNOWN at their deadline) and gets them in ProbeContext; a check that is
+// not in the cycle is handed over as its latest run. A cycle that runs a check also runs the
+// probes that read it. runCycle and runOnce share this: one way to run a cycle.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -93,9 +99,15 @@ class Runner {
   struct Worker;
   struct Sync;
   struct Batch;
+  // One selected probe of a cycle. A probe that reads checks of the same cycle waits (run
+  // unset) until each of them has its result; then its run joins the batch.
   struct Job {
-    std::size_t run;  // index into the batch's runs
-    double timeout;   // seconds from the run's start
+    std::shared_ptr<Worker> w;
+    double timeout = 0;               // seconds from the run's start
+    std::optional<std::size_t> run;   // index into the batch's runs, once handed to it
+    std::vector<std::size_t> inputs;  // the jobs of the checks it reads that are in this cycle
+    std::shared_ptr<const std::map<std::string, CheckResult>> reads;  // the rest (latest runs)
+    bool abandoned = false;  // its deadline passed while it ran
     std::optional<CheckResult> result;
   };
   std::shared_ptr<const Config> config() const;

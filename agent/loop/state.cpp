@@ -38,6 +38,11 @@ const CheckState* StateStore::find(const std::string& check) const {
   return it == entries_.end() ? nullptr : &it->second.state;
 }
 
+const CheckResult* StateStore::latestRun(const std::string& check) const {
+  auto it = entries_.find(check);
+  return it == entries_.end() || !it->second.ran ? nullptr : &it->second.latest;
+}
+
 int dampingFor(const Config& config, const std::string& check) {
   auto it = config.damping.find(check);
   return it == config.damping.end() ? 1 : std::max(1, it->second);
@@ -112,6 +117,7 @@ bool StateStore::apply(const CheckResult& result, Clock::time_point now, int dam
     st.result.metrics = result.metrics;
     st.result.duration = result.duration;
   }
+  e.latest = result;
   e.ran = true;
   if (changed) ++generation_;
   return changed;

@@ -36,11 +36,16 @@ class StateStore {
   std::uint64_t generation() const { return generation_; }
   // The state of one check (nullptr for a name never seen).
   const CheckState* find(const std::string& check) const;
+  // The result of the check's latest run as the probe gave it, before damping (nullptr before
+  // its first run): what a probe that reads the check sees when it did not run this cycle, the
+  // same kind of result it sees when it did.
+  const CheckResult* latestRun(const std::string& check) const;
 
  private:
   struct Entry {
     CheckState state;
     bool ran = false;
+    CheckResult latest;                // the latest run, undamped (valid when ran)
     Status pending = Status::Unknown;  // raw status waiting to be published
     int streak = 0;                    // consecutive runs that reported `pending`
   };

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -17,6 +19,17 @@ namespace nodegate {
 struct ProbeContext {
   const HostRoot& host;
   const Config& config;
+  // The results of the checks the probe's spec reads (ProbeSpec::reads): this cycle's, or the
+  // latest run's when the check did not run in this cycle. A dependency that missed its deadline
+  // is its UNKNOWN/ProbeTimeout result; one that never ran is absent. Null: none given.
+  const std::map<std::string, CheckResult>* reads = nullptr;
+
+  // The result of `check`, or nullptr when it has none (never ran, or not in the spec's reads).
+  const CheckResult* read(const std::string& check) const {
+    if (!reads) return nullptr;
+    auto it = reads->find(check);
+    return it == reads->end() ? nullptr : &it->second;
+  }
 };
 
 // A probe's identity, triggers and settings are its ProbeSpec (nodegate/spec.h), declared once

@@ -183,12 +183,13 @@ class Netlink {
 class PvSource;          // probes/local_pv.h
 class ClusterDnsBoard;   // probes/dns_path.h
 class DnsVerdictSource;  // probes/dns_path.h
+class KubeVirtSource;    // probes/kubevirt_node.h
 namespace devprobe {
 class Client;  // probes/device_probe_client.h
 }
 
 // The production seams; the agent adds what its own parts produce (api_pvs, cluster_dns,
-// dns_verdicts).
+// dns_verdicts, kubevirt).
 struct Seams {
   std::shared_ptr<DeviceIo> device;
   std::shared_ptr<Exec> exec;
@@ -205,6 +206,10 @@ struct Seams {
   // dns-path's view of the guests: the verdicts the agent's DNS service (agent/dns) publishes;
   // null in `nodegate check`, which runs no tracer.
   std::shared_ptr<const DnsVerdictSource> dns_verdicts;
+  // kubevirt-node's view of the Node and its virt-handler pods, kept by the agent's Node watch
+  // and pod source (agent/kube/kubevirt_facts.h); null without an API connection (`nodegate
+  // check`, --kube none), where the check is UNKNOWN/NoApiConnection.
+  std::shared_ptr<KubeVirtSource> kubevirt;
   // The device-probe helper (`--device-probe PATH`): when set, the device checks and lvm's
   // block-device work are asked of it (probes/device_probe_client.h); null: done here.
   std::shared_ptr<const devprobe::Client> device_probe;

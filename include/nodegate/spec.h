@@ -28,10 +28,11 @@ enum Trigger : std::uint32_t {
   kTriggerDBusTime = 1u << 4,   // timedate1 PropertiesChanged
   kTriggerDns = 1u << 5,        // DNS tracer verdict changed
   kTriggerMounts = 1u << 6,     // mount table changed
+  kTriggerKube = 1u << 7,       // the Node or a pod bound to it changed what kubevirt-node reads
 };
 
 // Trigger names as used in config, docs and metrics: timer, udev-misc, udev-block, netlink,
-// dbus-time, dns, mounts.
+// dbus-time, dns, mounts, kube.
 std::string_view triggerName(std::uint32_t bit);  // "other" for an unknown bit
 std::optional<std::uint32_t> parseTriggerName(std::string_view name);
 const std::vector<std::string>& triggerNames();
@@ -95,6 +96,12 @@ struct ProbeSpec {
   std::string condition;          // the Node condition it feeds ("" none)
   bool default_required = false;  // in the default gate.required
   std::vector<const SettingSpec*> settings;
+  // The checks whose results this probe reads (ProbeContext::read). The runner starts the probe
+  // after those of the same cycle have finished or missed their deadline, and a cycle that runs
+  // one of them runs the probe too, so it never compares against an older verdict than the one
+  // just published. A check not run in the cycle is read as its latest run. No cycles: a probe
+  // that reads itself, directly or not, is refused when the runner is built.
+  std::vector<std::string> reads = {};
 };
 
 // Settings every check has, read by the agent's loop under checks.<check>.<key>. Their

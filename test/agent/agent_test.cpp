@@ -10,6 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -40,12 +43,45 @@ class FakeProbe final : public Probe {
     spec_.triggers = triggers;
   }
   const ProbeSpec& spec() const override { return spec_; }
-  CheckResult run(const ProbeContext&) override { return fn_(++runs); }
+  CheckResult run(const ProbeContext& ctx) override {
+    {
+      std::lock_guard l(mu_);
+      started_ = std::chrono::steady_clock::now();
+      seen_.reset();
+      if (ctx.reads) seen_ = *ctx.reads;
+    }
+    CheckResult r = fn_(++runs);
+    std::lock_guard l(mu_);
+    finished_ = std::chrono::steady_clock::now();
+    return r;
+  }
   std::atomic<int> runs{0};
+
+  // The checks it reads (ProbeSpec::reads).
+  FakeProbe& reading(std::vector<std::string> checks) {
+    spec_.reads = std::move(checks);
+    return *this;
+  }
+  // What the latest run was handed (nullopt: no reads at all), and when it started and ended.
+  std::optional<std::map<std::string, CheckResult>> seen() const {
+    std::lock_guard l(mu_);
+    return seen_;
+  }
+  std::chrono::steady_clock::time_point started() const {
+    std::lock_guard l(mu_);
+    return started_;
+  }
+  std::chrono::steady_clock::time_point finished() const {
+    std::lock_guard l(mu_);
+    return finished_;
+  }
 
  private:
   ProbeSpec spec_;
   Fn fn_;
+  mutable std::mutex mu_;
+  std::optional<std::map<std::string, CheckResult>> seen_;
+  std::chrono::steady_clock::time_point started_, finished_;
 };
 
 CheckResult result(const std::string& check, Status s, std::string reason = "R") {
@@ -306,6 +342,135 @@ TEST(Runner, AThrowingProbeBecomesUnknown) {
   const auto* st = f.runner->snapshot()->find("boom");
   EXPECT_EQ(st->result.status, Status::Unknown);
   EXPECT_EQ(st->result.reason, "ProbeError");
+}
+
+// ---------------------------------------------------------------- probes that read other checks
+
+// A probe that reads others runs after them, with their results of the same cycle, whatever the
+// registry order and however few threads take the runs (the agent: one each; `nodegate check`'s
+// runOnce: a few; one thread would deadlock if the reader were taken first and waited).
+TEST(Runner, AReaderRunsAfterTheChecksItReadsWithTheirResults) {
+  for (std::size_t threads : {0, 1, 3}) {
+    SCOPED_TRACE("max_parallel " + std::to_string(threads));
+    std::vector<std::unique_ptr<FakeProbe>> v;
+    v.push_back(
+        std::make_unique<FakeProbe>("reader", kTriggerTimer, always(Status::Pass, "reader")));
+    v.back()->reading({"slow", "quick"});
+    v.push_back(std::make_unique<FakeProbe>("slow", kTriggerTimer, [](int) {
+      std::this_thread::sleep_for(100ms);
+      return result("slow", Status::Fail, "SlowFailed");
+    }));
+    v.push_back(std::make_unique<FakeProbe>("quick", kTriggerTimer, always(Status::Warn, "quick")));
+    RunnerOptions ro;
+    ro.max_parallel = threads;
+    Fixture f(std::move(v), {}, ro);
+    auto results = f.runner->runOnce();
+    ASSERT_EQ(results.size(), 3u);
+    EXPECT_EQ(results[0].check, "reader");  // registry order, not the order they ran in
+    EXPECT_GE(f.probes[0]->started(), f.probes[1]->finished());
+    EXPECT_GE(f.probes[0]->started(), f.probes[2]->finished());
+    auto seen = f.probes[0]->seen();
+    ASSERT_TRUE(seen);
+    ASSERT_EQ(seen->size(), 2u);
+    EXPECT_EQ(seen->at("slow").reason, "SlowFailed");
+    EXPECT_EQ(seen->at("quick").status, Status::Warn);
+    EXPECT_FALSE(f.probes[1]->seen());  // a probe that reads nothing is handed nothing
+
+    f.runner->runCycle(kTriggerTimer);  // the loop's cycles go the same way
+    EXPECT_EQ(f.probes[0]->runs, 2);
+    EXPECT_GE(f.probes[0]->started(), f.probes[1]->finished());
+    EXPECT_EQ(f.probes[0]->seen()->at("slow").reason, "SlowFailed");
+  }
+}
+
+// A dependency that misses its deadline does not hold its reader: the reader runs when the
+// deadline passes and sees the UNKNOWN the cycle publishes; the next cycle, with the dependency
+// still stuck, it sees that too.
+TEST(Runner, AReaderOfAHangingCheckRunsAtItsDeadlineAndSeesUnknown) {
+  // Shared with the abandoned run's thread, which may outlive the test.
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  std::vector<std::unique_ptr<FakeProbe>> v;
+  v.push_back(std::make_unique<FakeProbe>("hang", kTriggerTimer, [release](int) {
+    while (!*release) std::this_thread::sleep_for(5ms);
+    return result("hang", Status::Pass);
+  }));
+  v.push_back(std::make_unique<FakeProbe>("reader", kTriggerTimer, always(Status::Pass, "reader")));
+  v.back()->reading({"hang"});
+  Config cfg;
+  cfg.set("hang", "timeout_seconds", 0.2);
+  RunnerOptions ro;
+  ro.max_parallel = 1;  // the only thread is stuck in "hang": the reader needs another
+  Fixture f(std::move(v), cfg, ro);
+
+  auto t0 = std::chrono::steady_clock::now();
+  f.runner->runCycle(kTriggerTimer);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_EQ(f.probes[1]->runs, 1);
+  auto seen = f.probes[1]->seen();
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(seen->at("hang").status, Status::Unknown);
+  EXPECT_EQ(seen->at("hang").reason, "ProbeTimeout");
+  EXPECT_EQ(f.runner->snapshot()->find("reader")->result.status, Status::Pass);
+
+  f.runner->runCycle(kTriggerTimer);
+  EXPECT_EQ(f.probes[0]->runs, 1);  // still stuck, not started again
+  EXPECT_EQ(f.probes[1]->runs, 2);
+  EXPECT_THAT(f.probes[1]->seen()->at("hang").message, HasSubstr("has not returned"));
+  *release = true;
+}
+
+// A cycle that runs a check runs its readers too; one that runs only the reader hands it the
+// check's latest run (undamped, as a run of the same cycle would be), and nothing for a check
+// that never ran.
+TEST(Runner, AReaderOutsideItsChecksCycleGetsTheirLatestRun) {
+  std::vector<std::unique_ptr<FakeProbe>> v;
+  v.push_back(std::make_unique<FakeProbe>("misc", kTriggerTimer | kTriggerUdevMisc, [](int run) {
+    return result("misc", run == 1 ? Status::Pass : Status::Fail, "Run" + std::to_string(run));
+  }));
+  v.push_back(std::make_unique<FakeProbe>("reader", kTriggerTimer | kTriggerDns,
+                                          always(Status::Pass, "reader")));
+  v.back()->reading({"misc", "not-registered"});
+  Config cfg;
+  cfg.damping["misc"] = 3;
+  Fixture f(std::move(v), cfg);
+
+  f.runner->runCycle(kTriggerDns);  // misc has never run
+  EXPECT_EQ(f.probes[0]->runs, 0);
+  ASSERT_EQ(f.probes[1]->runs, 1);
+  EXPECT_TRUE(f.probes[1]->seen()->empty());
+
+  f.runner->runCycle(kTriggerTimer);
+  EXPECT_EQ(f.probes[1]->seen()->at("misc").reason, "Run1");
+
+  f.runner->runCycle(kTriggerUdevMisc);  // misc runs, so its reader runs with it
+  EXPECT_EQ(f.probes[0]->runs, 2);
+  EXPECT_EQ(f.probes[1]->runs, 3);
+  EXPECT_EQ(f.probes[1]->seen()->at("misc").reason, "Run2");
+
+  f.runner->runCycle(kTriggerDns);  // only the reader: misc's latest run
+  EXPECT_EQ(f.probes[0]->runs, 2);
+  EXPECT_EQ(f.probes[1]->runs, 4);
+  EXPECT_EQ(f.probes[1]->seen()->at("misc").status, Status::Fail);
+  EXPECT_EQ(f.runner->snapshot()->find("misc")->result.status, Status::Pass);  // damped
+  EXPECT_FALSE(f.probes[1]->seen()->count("not-registered"));
+}
+
+TEST(Runner, AProbeThatReadsItselfIsRefused) {
+  for (auto chain :
+       {std::vector<std::pair<std::string, std::string>>{{"a", "a"}},
+        std::vector<std::pair<std::string, std::string>>{{"a", "b"}, {"b", "c"}, {"c", "a"}}}) {
+    std::vector<std::unique_ptr<FakeProbe>> v;
+    for (const auto& [name, reads] : chain) {
+      v.push_back(std::make_unique<FakeProbe>(name, kTriggerTimer, always(Status::Pass, name)));
+      v.back()->reading({reads});
+    }
+    try {
+      Fixture f(std::move(v));
+      ADD_FAILURE() << "a cycle of reads was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("reads its own result"));
+    }
+  }
 }
 
 struct CountingPublisher final : Publisher {

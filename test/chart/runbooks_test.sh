@@ -36,3 +36,13 @@ for pair in kvm-device:kvm_device.cpp tun:tun.cpp vhost-net:vhost_net.cpp; do
 done
 [ "$fail" = 0 ]
 echo "runbooks: every device-node reason named in kvm-device, tun and vhost-net"
+
+# kubevirt-node's page names every reason its evaluator and probe give.
+own=$(grep -oE 'Status::(Fail|Warn|Unknown|Pass), "[A-Z][A-Za-z]+"|when_broken, "[A-Z][A-Za-z]+"' \
+        "$NODEGATE_SRC/probes/kubevirt_node.cpp" | grep -oE '"[A-Z][A-Za-z]+"' | tr -d '"' | sort -u)
+[ "$(wc -w <<<"$own")" -ge 14 ] || { echo "FAIL: found only '$own' in kubevirt_node.cpp" >&2; exit 1; }
+for r in $own; do
+  grep -qw "$r" "$dir/kubevirt-node.md" || { echo "FAIL: $dir/kubevirt-node.md does not name reason $r" >&2; fail=1; }
+done
+[ "$fail" = 0 ]
+echo "runbooks: every kubevirt-node reason named in its page"

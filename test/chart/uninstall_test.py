@@ -30,7 +30,8 @@ sys.path.insert(0, os.path.join(SRC, "test", "fakeapi"))
 from harness import FakeApi, eventually  # noqa: E402
 
 NODE = "chart-node"
-CONDITIONS = {"VirtualizationReady", "LocalStorageHealthy", "GuestDNSHealthy", "TimeSynchronized"}
+CONDITIONS = {"VirtualizationReady", "LocalStorageHealthy", "GuestDNSHealthy", "TimeSynchronized",
+              "KubeVirtNodeHealthy"}
 
 
 def fail(msg):

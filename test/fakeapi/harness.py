@@ -174,6 +174,16 @@ def free_port(lo, hi, reuse=False):
     raise RuntimeError("no free port in %d-%d" % (lo, hi))
 
 
+def agent_get(port, path, timeout=5):
+    """GET of one of the agent's own listeners on 127.0.0.1: (status, body), (0, "") when it does
+    not answer."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except OSError as e:
+        return getattr(e, "code", 0), ""
+
+
 def eventually(pred, timeout=10.0, interval=0.05):
     end = time.time() + timeout
     while time.time() < end:

@@ -145,6 +145,7 @@ TEST(Specs, DefaultGateAndConditionsAreDerivedFromSpecs) {
       {"LocalStorageHealthy", {"lvm", "local-pv"}},
       {"GuestDNSHealthy", {"dns-path"}},
       {"TimeSynchronized", {"time-sync"}},
+      {"KubeVirtNodeHealthy", {"kubevirt-node"}},
   };
   EXPECT_EQ(got, want);
 }
@@ -186,6 +187,13 @@ TEST(Specs, EverySpecIsWellFormed) {
     wellFormed(s->name, s->settings);
   }
   for (const auto* s : commonProbeSettings()) EXPECT_FALSE(s->check(s->fallback)) << s->key;
+  // A check a probe reads is one the registry has (a misspelt name would be read as "never
+  // ran" forever); the runner refuses cycles among them.
+  for (const auto* p : probeSpecs())
+    for (const auto& r : p->reads) {
+      EXPECT_TRUE(names.count(r)) << p->name << " reads " << r << ", which is no check";
+      EXPECT_NE(r, p->name);
+    }
 }
 
 TEST(Specs, ProbesAndSpecsAgree) {

@@ -269,5 +269,54 @@ TEST(KubeVirtNode, NotInstalledStaysOut) {
   EXPECT_NE(r.message.find("HTTP 401"), std::string::npos);
 }
 
+// The probe around the evaluator: no source is UNKNOWN/NoApiConnection (never PASS); with one,
+// the device verdicts it compares are the ones the runner hands over (ctx.read), and the
+// heartbeat bound is the setting's.
+class FixedSource final : public KubeVirtSource {
+ public:
+  explicit FixedSource(KubeVirtFacts f) : f_(std::move(f)) {}
+  KubeVirtFacts facts() override { return f_; }
+
+ private:
+  KubeVirtFacts f_;
+};
+
+TEST(KubeVirtNode, ProbeWithoutApiIsUnknownAndReadsTheRunnersDeviceResults) {
+  HostRoot host("/nonexistent");
+  Config cfg;
+  ProbeContext bare{host, cfg};
+  CheckResult r = KubeVirtNodeProbe(nullptr).run(bare);
+  EXPECT_EQ(r.status, Status::Unknown);
+  EXPECT_EQ(r.reason, "NoApiConnection");
+
+  // The captured node with its heartbeat fresh now: the probe uses the real clock.
+  json n = json::parse(read("node-kvm-allocatable-zero.json"));
+  n["metadata"]["annotations"]["kubevirt.io/heartbeat"] =
+      stamp(std::chrono::system_clock::now() - 10s);
+  KubeVirtNodeInputs in = inputs(kubevirtNodeView(n));
+  KubeVirtNodeProbe probe(std::make_shared<FixedSource>(in.facts));
+  // No device results handed over: nothing to compare, nothing claimed about the devices.
+  r = probe.run(bare);
+  EXPECT_NE(r.reason, "DevicePluginUnhealthy");
+  // kvm works (the runner's kvm-device result): allocatable 0 is the plugin's doing.
+  std::map<std::string, CheckResult> reads = allWork();
+  ProbeContext ctx{host, cfg, &reads};
+  r = probe.run(ctx);
+  EXPECT_EQ(r.reason, "DevicePluginUnhealthy");
+  // The same node with kvm broken: both say no, no disagreement about kvm.
+  reads["kvm-device"] = device("kvm-device", Status::Fail, "kvm", "false");
+  EXPECT_NE(probe.run(ctx).reason, "DevicePluginUnhealthy");
+
+  // checks.kubevirt-node.heartbeat_stale_seconds bounds the heartbeat's age.
+  n["metadata"]["annotations"]["kubevirt.io/heartbeat"] =
+      stamp(std::chrono::system_clock::now() - 120s);
+  in.facts.node = kubevirtNodeView(n);
+  KubeVirtNodeProbe aged(std::make_shared<FixedSource>(in.facts));
+  reads = allWork();
+  EXPECT_EQ(aged.run(ctx).message.find("heartbeat is"), std::string::npos);  // 120 s < 300 s
+  cfg.set(kKubeVirtNodeCheck, "heartbeat_stale_seconds", 60);
+  EXPECT_NE(aged.run(ctx).message.find("virt-handler's heartbeat is 12"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace nodegate

@@ -25,17 +25,32 @@ std::string EventRecorder::eventsPath() const {
   return "/apis/events.k8s.io/v1/namespaces/" + s_.event_namespace + "/events";
 }
 
+void EventRecorder::named(Pending& e) {
+  // <node>.<time in ns>.<sequence>, hex: kubelet's <object>.<time> form, with the sequence for
+  // the several transitions one reconcile queues at the same time (they used to share a name,
+  // and every one after the first was refused with 409 until dropped).
+  auto nanos =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(e.at.time_since_epoch()).count();
+  char suffix[48];
+  std::snprintf(suffix, sizeof suffix, ".%llx.%llx", static_cast<unsigned long long>(nanos),
+                static_cast<unsigned long long>(queued_++));
+  e.name = s_.node_name + suffix;
+}
+
 void EventRecorder::queue(const std::vector<Transition>& changes, Clock::time_point at) {
-  for (const auto& t : changes)
+  for (const auto& t : changes) {
     pending_.push_back({t.to.type + "|" + t.to.status + "|" + t.to.reason, "CheckStatus",
                         t.to.reason, t.to.status == "True" ? "Normal" : "Warning",
                         t.to.type + " is " + t.to.status + ": " + t.to.message, at, 0});
+    named(pending_.back());
+  }
 }
 
 void EventRecorder::queueWarning(const std::string& reason, const std::string& note,
                                  Clock::time_point at) {
   pending_.push_back(
       {"warning|" + reason + "|" + note, "PublishLabels", reason, "Warning", note, at, 0});
+  named(pending_.back());
 }
 
 std::optional<HttpResponse> EventRecorder::flush(const json& node) {
@@ -73,11 +88,7 @@ HttpResponse EventRecorder::post(const Pending& e, const json& node) {
     if (r.code != 404) return r;
     series_.erase(it);  // expired on the server (events have a TTL): start a new one
   }
-  auto nanos =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(e.at.time_since_epoch()).count();
-  char suffix[32];
-  std::snprintf(suffix, sizeof suffix, ".%llx", static_cast<unsigned long long>(nanos));
-  std::string name = s_.node_name + suffix;
+  const std::string& name = e.name;
   json ev = {
       {"apiVersion", "events.k8s.io/v1"},
       {"kind", "Event"},
@@ -93,6 +104,8 @@ HttpResponse EventRecorder::post(const Pending& e, const json& node) {
        {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", s_.node_name}, {"uid", uidOf(node)}}},
   };
   auto r = api_.request("create", "POST", eventsPath(), "application/json", ev.dump());
+  // 409: an earlier attempt created it and its answer was lost (the name is this event's own).
+  if (r.code == 409) r.code = 201;
   if (r.ok()) series_[key] = {name, 1, now};
   return r;
 }

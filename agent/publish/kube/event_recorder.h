@@ -41,6 +41,9 @@ class EventRecorder {
     std::string action, reason, type, note;
     Clock::time_point at;
     int attempts;
+    // The Event's name if it is created: given when queued, so that a retry after a lost answer
+    // finds its own event (409), and unique, so that transitions queued together do not share it.
+    std::string name = {};
   };
   struct Series {
     std::string name;
@@ -54,6 +57,8 @@ class EventRecorder {
   EventSettings s_;
   std::deque<Pending> pending_;
   std::map<std::string, Series> series_;  // Pending::series_key -> its event
+  std::uint64_t queued_ = 0;              // events queued so far: part of each name
+  void named(Pending& e);
 };
 
 }  // namespace nodegate::kube

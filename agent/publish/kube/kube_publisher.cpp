@@ -38,6 +38,7 @@ class KubePublisher final : public Publisher {
     log::info("kubernetes publisher started", {{"server", redactedUrl(conn_->config().server)},
                                                {"source", conn_->config().source},
                                                {"node", o_.publish.node_name}});
+    cache_.setObserver(o_.node_seen);
     if (pods_) pods_listener_ = pods_->subscribe([this] { cache_.wake(); });
     reconciler_ = std::thread([this] { reconcileLoop(); });
     watcher_ = std::make_unique<NodeWatcher>(

@@ -56,6 +56,7 @@ void NodeCache::offer(const json& node) {
     }
     node_ = node;
     node_dirty_ = true;
+    adopted();
   }
   cv_.notify_all();
 }
@@ -66,6 +67,7 @@ void NodeCache::reset(const json& node) {
     node_ = node;
     written_rv_.clear();
     node_dirty_ = true;
+    adopted();
   }
   cv_.notify_all();
 }
@@ -76,7 +78,10 @@ void NodeCache::adoptWritten(const json& node) {
   const bool same_node = node_ && uidOf(node) == uidOf(*node_);
   if (!same_node) written_rv_.clear();
   if (!rv.empty() && newerRv(rv, written_rv_)) written_rv_ = rv;
-  if (!same_node || newerRv(rv, rvOf(*node_))) node_ = node;
+  if (!same_node || newerRv(rv, rvOf(*node_))) {
+    node_ = node;
+    adopted();
+  }
 }
 
 void NodeCache::wake() {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -27,6 +28,12 @@ std::optional<nlohmann::json> parseObject(std::string_view text);
 class NodeCache {
  public:
   using SteadyClock = std::chrono::steady_clock;
+  // Sees every copy of the Node the cache adopts, in the order adopted (it is called under the
+  // cache's lock: keep it short, and never call back into the cache).
+  using NodeObserver = std::function<void(const nlohmann::json& node)>;
+
+  // Set before any thread uses the cache.
+  void setObserver(NodeObserver observer) { observer_ = std::move(observer); }
 
   void setSnapshot(const Snapshot& snapshot);
   // Adopts a Node seen in a response, a relist or a watch event unless it is no newer than
@@ -62,6 +69,10 @@ class NodeCache {
   bool node_dirty_ = false;
   bool woken_ = false;
   std::string written_rv_;  // newest resourceVersion our own writes produced
+  NodeObserver observer_;
+  void adopted() {
+    if (observer_) observer_(*node_);
+  }
 };
 
 }  // namespace nodegate::kube

@@ -17,6 +17,7 @@
 #include "kube/pod_source.h"
 #include "nodegate/snapshot.h"
 #include "publish/kube/hold_board.h"
+#include "publish/kube/node_cache.h"
 #include "publish/kube/node_state.h"
 
 namespace nodegate::kube {
@@ -33,6 +34,9 @@ struct PublisherOptions {
   // before a label running pods could select is removed (gate_hold.h).
   std::chrono::seconds release_delay{10};
   std::shared_ptr<GateHoldBoard> holds;  // where the plans are shown; may be null
+  // Every copy of the Node the publisher adopts (kubevirt-node's view of it: no request of its
+  // own); may be empty. Called on the publisher's threads under its cache's lock.
+  NodeCache::NodeObserver node_seen;
 };
 
 // Starts the publisher's threads. Shutdown (destruction) writes nothing: labels stay, so a

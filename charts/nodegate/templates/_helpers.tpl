@@ -58,9 +58,10 @@ app.kubernetes.io/part-of: nodegate
 {{- printf "%s/not-ready" .Values.agent.prefix -}}
 {{- end -}}
 
-{{/* Node condition types nodegate owns (DESIGN.md). */}}
+{{/* Node condition types nodegate owns (DESIGN.md; test/chart/chart_test.py keeps it equal to the
+    checks' conditions, docs/config.md). */}}
 {{- define "nodegate.conditionTypes" -}}
-VirtualizationReady LocalStorageHealthy GuestDNSHealthy TimeSynchronized
+VirtualizationReady LocalStorageHealthy GuestDNSHealthy TimeSynchronized KubeVirtNodeHealthy
 {{- end -}}
 
 {{/* The `job` label Prometheus gives the agent's scrape. */}}

@@ -203,6 +203,11 @@ class AgentE2E(unittest.TestCase):
                     return [r for r in self.api.requests(seq) if r["method"] == "PATCH"
                             and r["path"].startswith("/api/v1/nodes/" + node)]
                 self.assertTrue(eventually(lambda: len(sent()) >= 2, 30))
+                # kubevirt-node reads the Node and its pods from the API: the real agent's view
+                # of this Node without KubeVirt settles once both are seen.
+                kubevirt_now = lambda: self.state(self.api.node(node))[1].get("KubeVirtNodeHealthy", {})
+                self.assertTrue(eventually(lambda: kubevirt_now().get("status") == "True", 30), kubevirt_now())
+                self.assertIn("kubevirt-node pass", kubevirt_now()["message"])
             finally:
                 real.send_signal(signal.SIGTERM)
                 real.wait(10)
@@ -225,8 +230,17 @@ class AgentE2E(unittest.TestCase):
         self.assertEqual(want["metadata"]["annotations"], meta["metadata"]["annotations"])
         self.assertEqual(want["spec"]["taints"], meta["spec"]["taints"])
         strip = lambda conds: [{k: v for k, v in c.items() if not k.startswith("last")} for c in conds]
-        self.assertEqual(strip(logged["patch node status"]["status"]["conditions"]),
-                         strip(status_patch["status"]["conditions"]))
+        # The one condition that differs, and must: without an API connection kubevirt-node
+        # cannot see KubeVirt's view, and says so rather than PASS (the real agent's first
+        # patch may precede its first look at the Node and pods: Unknown, never NoApiConnection).
+        def kubevirt(conds):
+            return next(c for c in conds if c["type"] == "KubeVirtNodeHealthy")
+        dry_conds = logged["patch node status"]["status"]["conditions"]
+        real_conds = status_patch["status"]["conditions"]
+        self.assertEqual((kubevirt(dry_conds)["status"], kubevirt(dry_conds)["reason"]), ("Unknown", "NoApiConnection"))
+        self.assertNotEqual(kubevirt(real_conds)["reason"], "NoApiConnection")
+        others = lambda conds: strip([c for c in conds if c["type"] != "KubeVirtNodeHealthy"])
+        self.assertEqual(others(dry_conds), others(real_conds))
 
 
 if __name__ == "__main__":

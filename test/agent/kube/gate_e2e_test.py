@@ -41,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "..", "..", "..")
 sys.path.insert(0, os.path.join(HERE, "..", "..", "fakeapi"))
 sys.path.insert(0, HERE)
-from harness import FakeApi, eventually, fixture_host, free_port, nodegate_binary, stop  # noqa: E402
+from harness import FakeApi, agent_get, eventually, fixture_host, free_port, nodegate_binary, stop  # noqa: E402
 import placement_model as model  # noqa: E402
 
 NODE = "gate-node"
@@ -177,11 +177,7 @@ class GateE2E(unittest.TestCase):
         self.agent = None
 
     def http(self, path, port=None):
-        try:
-            with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port or self.debug_port, path), timeout=5) as r:
-                return r.status, r.read().decode()
-        except OSError as e:
-            return getattr(e, "code", 0), ""
+        return agent_get(port or self.debug_port, path)
 
     def gate_api(self):
         status, body = self.http("/api/v1/checks")

@@ -75,7 +75,8 @@ TEST(DesiredState, ConditionsOnlyForPresentProbes) {
   ASSERT_NE(find(d, "LocalStorageHealthy"), nullptr);
   ASSERT_NE(find(d, "TimeSynchronized"), nullptr);
   EXPECT_EQ(find(d, "GuestDNSHealthy"), nullptr);
-  EXPECT_EQ(d.absent_conditions, std::vector<std::string>{"GuestDNSHealthy"});
+  EXPECT_EQ(d.absent_conditions,
+            (std::vector<std::string>{"GuestDNSHealthy", "KubeVirtNodeHealthy"}));
   const auto* v = find(d, "VirtualizationReady");
   EXPECT_EQ(v->status, "True");
   EXPECT_EQ(v->reason, "ChecksPassed");
