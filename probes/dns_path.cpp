@@ -60,7 +60,14 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
       answered += vm.answered;
       if (vm.state != GuestDnsState::Ok && (!worst || vm.state > worst->state)) worst = &vm;
     }
-    if (worst && worst->state == GuestDnsState::ServiceTranslationMissing) {
+    if (worst && worst->state == GuestDnsState::NodeLocalCacheDown) {
+      r = makeResult(kDnsPathCheck, Status::Fail, "NodeLocalCacheDown",
+                     "guest DNS queries go to a node-local DNS cache that is not serving (" +
+                         worst->vmi + ": " + worst->detail + ")",
+                     "the node-local-dns DaemonSet pod on this node is down or not yet ready (a "
+                     "new node: cilium/cilium#43080); `kubectl -n kube-system get pods -o wide "
+                     "-l k8s-app=node-local-dns` for this node, and its logs");
+    } else if (worst && worst->state == GuestDnsState::ServiceTranslationMissing) {
       r = makeResult(kDnsPathCheck, Status::Fail, "ServiceTranslationMissing",
                      "guest DNS queries leave the host with the service IP untranslated (" +
                          worst->vmi + ": " + worst->detail + ")",

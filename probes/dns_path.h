@@ -22,7 +22,14 @@ namespace nodegate {
 
 // --- the tracer's view, handed over through a seam -----------------------------------------
 
-enum class GuestDnsState { Ok, ServerError, NoResponse, ServiceTranslationMissing };
+// In rising order of what the check reports first (the worst guest's state).
+enum class GuestDnsState {
+  Ok,
+  ServerError,
+  NoResponse,
+  ServiceTranslationMissing,
+  NodeLocalCacheDown,  // the node-local DNS cache the guests are pointed at is not serving
+};
 
 struct GuestDnsStatus {
   std::string vmi;

@@ -273,11 +273,15 @@ void DnsService::Impl::rescan(const DiscoveryWork& work) {
   {
     std::lock_guard lock(engine_mu);
     engine.setBeyondHostTraced(attachments.beyondHostTraced());
+    // A node-local cache's addresses: held by a link on the node (discovery), or named by the
+    // cache's configuration before its link exists (a new node whose cache is not up yet).
+    std::set<std::string> node_local = found.node_local;
     if (auto f = cfg.cluster ? cfg.cluster->facts() : std::nullopt) {
       std::set<std::string> servers;
       for (const auto& e : f->dns_endpoints) servers.insert(e.address);
       engine.setServerAddresses(std::move(servers));
     }
+    engine.setNodeLocalAddresses(std::move(node_local));
   }
   accounting.hopsAttached(attachments.size());
   if (found.errors != discovery_errors) {
