@@ -127,6 +127,7 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
   if (!in.cilium_note.empty()) r.evidence.push_back({"cilium-config", in.cilium_note});
   if (!in.cilium_error.empty()) r.evidence.push_back({"cilium-config", in.cilium_error});
   for (const auto& line : in.corefile) r.evidence.push_back({"coredns Corefile", line});
+  if (!in.nodelocal.empty()) r.evidence.push_back({"node-local-dns", in.nodelocal});
   r.evidence.push_back({"virt-launcher processes",
                         in.launchers_readable ? std::to_string(in.launchers) : "unreadable"});
   return r;
@@ -172,6 +173,7 @@ CheckResult DnsPathProbe::run(const ProbeContext& ctx) {
       in.corefile = describeCorefile(facts->corefile);
     else if (!facts->corefile_detail.empty())
       in.corefile = {facts->corefile_detail};
+    in.nodelocal = facts->nodelocal_detail;
   }
   if (in.tracer) {
     // The tracer's discovery follows the launchers already (proc connector, rescans): a scan of

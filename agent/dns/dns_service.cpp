@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -104,6 +105,9 @@ struct DnsService::Impl {
   // The kept views: a pass re-reads what its events named. The worker's (and rescanNow()'s).
   std::mutex pass_mu;
   HopDiscovery discovery;
+  // A node-local cache's addresses: the links discovery last found holding them, and all the
+  // engine was given (those and the cache's ConfigMap's). pass_mu's.
+  std::set<std::string> node_local_links, node_local;
 
   Impl(const HostRoot& h, DnsServiceConfig c, prometheus::Registry& reg,
        std::unique_ptr<DnsTracer> t)
@@ -125,6 +129,7 @@ struct DnsService::Impl {
   void rescan(const DiscoveryWork& work);
   void tick();
   void serversChanged();
+  void nodeLocalChanged(std::optional<std::set<std::string>> found);
   bool publish();
   void run();
   TracerFacts facts() const;
@@ -273,16 +278,13 @@ void DnsService::Impl::rescan(const DiscoveryWork& work) {
   {
     std::lock_guard lock(engine_mu);
     engine.setBeyondHostTraced(attachments.beyondHostTraced());
-    // A node-local cache's addresses: held by a link on the node (discovery), or named by the
-    // cache's configuration before its link exists (a new node whose cache is not up yet).
-    std::set<std::string> node_local = found.node_local;
     if (auto f = cfg.cluster ? cfg.cluster->facts() : std::nullopt) {
       std::set<std::string> servers;
       for (const auto& e : f->dns_endpoints) servers.insert(e.address);
       engine.setServerAddresses(std::move(servers));
     }
-    engine.setNodeLocalAddresses(std::move(node_local));
   }
+  nodeLocalChanged(std::move(found.node_local));
   accounting.hopsAttached(attachments.size());
   if (found.errors != discovery_errors) {
     for (const auto& e : found.errors) log::warn("dns hop discovery", {{"error", e}});
@@ -320,6 +322,26 @@ void DnsService::Impl::tick() {
   accounting.eventsLost(tracer->stats().events_lost);
   if (publish() && cfg.trigger) cfg.trigger(kTriggerDns);
   serversChanged();
+  // Skipped while a pass runs (it applies them itself).
+  if (std::unique_lock pass(pass_mu, std::try_to_lock); pass.owns_lock())
+    nodeLocalChanged(std::nullopt);
+}
+
+// A node-local cache's addresses, from the node's links (a pass: `found`) or named by the cache's
+// configuration before its link exists (a new node whose cache is not up yet), which the API
+// reader brings between passes; the engine and the log hear of a change. With pass_mu held.
+void DnsService::Impl::nodeLocalChanged(std::optional<std::set<std::string>> found) {
+  if (found) node_local_links = std::move(*found);
+  std::set<std::string> all = node_local_links;
+  if (auto f = cfg.cluster ? cfg.cluster->facts() : std::nullopt)
+    all.insert(f->nodelocal_addresses.begin(), f->nodelocal_addresses.end());
+  if (all == node_local) return;
+  node_local = all;
+  std::string list;
+  for (const auto& a : all) list += (list.empty() ? "" : " ") + a;
+  log::info("dns node-local cache addresses", {{"addresses", list.empty() ? "none" : list}});
+  std::lock_guard lock(engine_mu);
+  engine.setNodeLocalAddresses(std::move(all));
 }
 
 // The kube-dns endpoints from the API decide which DNS server netns count, and they come (and
