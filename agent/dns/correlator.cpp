@@ -418,6 +418,7 @@ void Correlator::startConnection(const Observation& o) {
   t.isn = o.tcp_seq;
   t.original_daddr = o.daddr;
   t.node_local = o.hop < Hop::HostOut && node_local_addrs_.count(o.daddr);
+  t.node_local_absent = t.node_local && node_local_absent_.count(o.daddr);
   if (o.hop >= Hop::HostOut && o.vmi.empty())
     last_node_connect_ns_ = std::max(last_node_connect_ns_.value_or(0), o.ts_ns);
   t.first_ns = t.last_ns = o.ts_ns;
@@ -458,6 +459,7 @@ QueryTrace& Correlator::start(const Observation& o) {
   t.ipv6 = o.ipv6;
   t.original_daddr = o.daddr;
   t.node_local = o.hop < Hop::HostOut && node_local_addrs_.count(o.daddr);
+  t.node_local_absent = t.node_local && node_local_absent_.count(o.daddr);
   t.first_ns = o.ts_ns;
   t.last_ns = o.ts_ns;
   if (t.tcp) linkTcpRetry(t);
@@ -632,9 +634,10 @@ void Correlator::classifyUnanswered(QueryTrace& t) const {
 
 // A query to a node-local cache that failed: is the cache the reason? Nothing listening on its
 // address is proof (the kernel's NO_SOCKET drop, the ICMP unreachable or TCP reset it answers
-// with). Plain silence is only when the cache did not ask upstream either, and only where its
-// upstream queries would have been seen (a traced server hop); a live cache whose upstream is
-// silent is silent too, and keeps its verdict.
+// with), and so is its address being on no link of the node (the cache has not set it up). Plain
+// silence is only when the cache did not ask upstream either, and only where its upstream queries
+// would have been seen (a traced server hop); a live cache whose upstream is silent is silent too,
+// and keeps its verdict.
 bool Correlator::cacheDown(const QueryTrace& t) const {
   switch (t.verdict) {
     case Verdict::Unreachable:
@@ -645,7 +648,7 @@ bool Correlator::cacheDown(const QueryTrace& t) const {
     default:
       return false;
   }
-  if (t.drop_reason == "NO_SOCKET" && !t.drop_on_response) return true;
+  if (t.node_local_absent || (t.drop_reason == "NO_SOCKET" && !t.drop_on_response)) return true;
   const bool node_connected = last_node_connect_ns_ && *last_node_connect_ns_ >= t.first_ns;
   return beyond_host_traced_ && !t.upstream_seen && !node_connected;
 }

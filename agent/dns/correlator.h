@@ -130,6 +130,7 @@ struct QueryTrace {
   // Sent to a node-local cache (Correlator::setNodeLocalAddresses): whether the cache was seen
   // asking upstream for the same question while the query was pending, and where it asked.
   bool node_local = false;
+  bool node_local_absent = false;  // the address was on no link of the node when it was asked
   bool upstream_seen = false;
   std::string upstream_server;
 
@@ -178,8 +179,12 @@ class Correlator {
   // whatever else it binds): a query to one is answered by a socket on the node itself, so it
   // needs no service translation and ends at the host veth; the cache's own query upstream is
   // another query, from the node, that is not merged into the guest's trace. Applies to queries
-  // that start after the call.
-  void setNodeLocalAddresses(std::set<std::string> addrs) { node_local_addrs_ = std::move(addrs); }
+  // that start after the call. `absent`: those of them no link of the node holds (named by the
+  // cache's configuration, not set up here yet: the cache has not started on this node).
+  void setNodeLocalAddresses(std::set<std::string> addrs, std::set<std::string> absent = {}) {
+    node_local_addrs_ = std::move(addrs);
+    node_local_absent_ = std::move(absent);
+  }
   // Truncated answers waiting for the outcome of their TCP retry.
   std::size_t awaitingTcp() const { return awaiting_tcp_.size(); }
 
@@ -224,7 +229,7 @@ class Correlator {
   CorrelatorStats stats_;
   bool beyond_host_traced_ = false;
   std::set<std::string> server_addrs_;
-  std::set<std::string> node_local_addrs_;
+  std::set<std::string> node_local_addrs_, node_local_absent_;
   // When the node last opened a TCP connection to port 53 (a SYN first seen past the host veth):
   // a cache forwarding over TCP (NodeLocal DNSCache's force_tcp) whose upstream does not accept
   // shows nothing else, and the question is not in a SYN.

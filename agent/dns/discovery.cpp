@@ -336,6 +336,10 @@ DiscoveryResult HopDiscovery::result() const {
     if (v.role == NetnsRole::Self || v.role == NetnsRole::Extra) {
       auto a = nodeLocalAddresses(v.links);
       res.node_local.insert(a.begin(), a.end());
+      bool launcher = false;  // an extra netns that is a launcher's
+      for (const auto& l : v.links) launcher |= startsWith(l.name, "k6t-");
+      for (const auto& l : v.links)
+        if (!launcher) res.host_addresses.insert(l.addresses.begin(), l.addresses.end());
     }
   // A --dns-netns that yields no hop is a wrong path or not a shape discovery knows: say so rather
   // than trace nothing in silence.

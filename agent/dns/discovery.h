@@ -96,6 +96,9 @@ struct DiscoveryResult {
   std::vector<int> launcher_pids;    // virt-launcher processes found: their exit stops a VM
   std::size_t dns_servers = 0;       // DNS server netns taken (Server and HostOut hops)
   std::set<std::string> node_local;  // a node-local DNS cache's addresses (nodeLocalAddresses())
+  // Every address on a link of the node's own netns and of the extra netns that are no launcher's:
+  // whether an address the cache's configuration names is set up on this node yet.
+  std::set<std::string> host_addresses;
   std::vector<std::string> errors;
 };
 

@@ -107,7 +107,7 @@ struct DnsService::Impl {
   HopDiscovery discovery;
   // A node-local cache's addresses: the links discovery last found holding them, and all the
   // engine was given (those and the cache's ConfigMap's). pass_mu's.
-  std::set<std::string> node_local_links, node_local;
+  std::set<std::string> node_local_links, host_addresses, node_local, node_local_absent;
 
   Impl(const HostRoot& h, DnsServiceConfig c, prometheus::Registry& reg,
        std::unique_ptr<DnsTracer> t)
@@ -284,6 +284,7 @@ void DnsService::Impl::rescan(const DiscoveryWork& work) {
       engine.setServerAddresses(std::move(servers));
     }
   }
+  host_addresses = std::move(found.host_addresses);
   nodeLocalChanged(std::move(found.node_local));
   accounting.hopsAttached(attachments.size());
   if (found.errors != discovery_errors) {
@@ -332,16 +333,24 @@ void DnsService::Impl::tick() {
 // reader brings between passes; the engine and the log hear of a change. With pass_mu held.
 void DnsService::Impl::nodeLocalChanged(std::optional<std::set<std::string>> found) {
   if (found) node_local_links = std::move(*found);
-  std::set<std::string> all = node_local_links;
+  std::set<std::string> all = node_local_links, absent;
   if (auto f = cfg.cluster ? cfg.cluster->facts() : std::nullopt)
-    all.insert(f->nodelocal_addresses.begin(), f->nodelocal_addresses.end());
-  if (all == node_local) return;
+    for (const auto& a : f->nodelocal_addresses) {
+      all.insert(a);
+      if (!host_addresses.count(a)) absent.insert(a);
+    }
+  if (all == node_local && absent == node_local_absent) return;
   node_local = all;
-  std::string list;
-  for (const auto& a : all) list += (list.empty() ? "" : " ") + a;
-  log::info("dns node-local cache addresses", {{"addresses", list.empty() ? "none" : list}});
+  node_local_absent = absent;
+  auto joined = [](const std::set<std::string>& s) {
+    std::string out;
+    for (const auto& a : s) out += (out.empty() ? "" : " ") + a;
+    return out.empty() ? std::string("none") : out;
+  };
+  log::info("dns node-local cache addresses",
+            {{"addresses", joined(all)}, {"not_on_this_node", joined(absent)}});
   std::lock_guard lock(engine_mu);
-  engine.setNodeLocalAddresses(std::move(all));
+  engine.setNodeLocalAddresses(std::move(all), std::move(absent));
 }
 
 // The kube-dns endpoints from the API decide which DNS server netns count, and they come (and

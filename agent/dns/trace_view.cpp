@@ -104,6 +104,11 @@ std::string cacheDownText(const QueryTrace& t) {
   if (t.drop_reason == "NO_SOCKET")
     return d + "no socket on port 53 (kernel drop NO_SOCKET at " +
            std::string(hopName(t.drop_hop)) + ")";
+  if (t.node_local_absent)
+    return d +
+           "its address is on no link of this node (the cache has not set it up), last seen "
+           "at " +
+           std::string(hopName(t.last_hop));
   return d + "no answer and no query upstream, last seen at " + std::string(hopName(t.last_hop));
 }
 

@@ -811,6 +811,14 @@ TEST(Correlator, SilentCacheThatNeverAskedUpstreamIsDownOnlyWhereUpstreamIsTrace
     Q q;
     for (Hop h : kToCache) c.observe(toCache(q, h, kMs));
     EXPECT_EQ(single(c, 5002 * kMs).verdict, Verdict::Unanswered);
+    // Unless the address is on no link of the node (a new node: the cache has not set it up).
+    c.setNodeLocalAddresses({kNodeLocal}, {kNodeLocal});
+    Q q2;
+    q2.id = 2;
+    for (Hop h : kToCache) c.observe(toCache(q2, h, 6000 * kMs));
+    const QueryTrace tr = single(c, 11002 * kMs);
+    EXPECT_EQ(tr.verdict, Verdict::NodeLocalCacheDown);
+    EXPECT_TRUE(tr.node_local_absent);
   }
   {
     // The same silence towards an address nobody said is a node-local cache: the old verdict (the

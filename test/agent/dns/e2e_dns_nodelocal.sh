@@ -12,7 +12,8 @@
 #       belong to the cache's own query upstream, which the trace names);
 #   (b) the cache killed: node_local_cache_down, the dns-path check FAIL NodeLocalCacheDown, the
 #       metric's result label and the CLI's wording;
-#   (c) the cache alive, its upstream silent: not node_local_cache_down (the upstream is named).
+#   (c) the cache alive, its upstream silent: not node_local_cache_down (the upstream is named);
+#   (d) a new node where the cache has not set its address up yet: node_local_cache_down.
 set -euo pipefail
 
 NODEGATE=${NODEGATE:?path of the nodegate binary}
@@ -113,6 +114,16 @@ expect "a live cache whose upstream is silent: unanswered, the upstream named, n
 check "no query of this case was judged node_local_cache_down" bash -c \
   "! curl -sf '$API/api/v1/dns/traces?vmi=ngdns/vm1&after=$AFTER' | grep -q node_local_cache_down"
 ip netns exec $D nft delete table inet ngsilent
+
+# --- (d) a new node: the cache's address named by its ConfigMap, on no link of the node yet -------
+stop_pid $CACHE
+ip -n $H link del nodelocaldns
+check "the agent sees the cache's address on no link of the node" \
+  log_has 20 "addresses=$CACHE_IP not_on_this_node=$CACHE_IP"
+AFTER=$(seq_now)
+dig_cache new.example.test
+expect "the cache not set up on this node: node_local_cache_down" 10 \
+  't["qname"]=="new.example.test" and t["result"]=="node_local_cache_down" and t["node_local"]'
 
 check "agent logged no error" bash -c "! grep -q 'level=error' $TMP/agent.log"
 if [ $fails -gt 0 ]; then
