@@ -1,5 +1,8 @@
 #include "corefile.h"
 
+#include <arpa/inet.h>
+
+#include <algorithm>
 #include <charconv>
 
 #include <nlohmann/json.hpp>
@@ -139,6 +142,23 @@ Result<CorefileFacts> parseCorefileConfigMap(std::string_view json_text) {
   if (core == data->end() || !core->is_string())
     return Error{EINVAL, "no Corefile key in the ConfigMap's data"};
   return parseCorefile(core->get<std::string>());
+}
+
+std::vector<std::string> linkLocalBinds(const CorefileFacts& f) {
+  std::vector<std::string> out;
+  for (const auto& s : f.servers) {
+    if (s.port != 53) continue;
+    for (const auto& b : s.binds) {
+      in_addr a{};
+      if (::inet_pton(AF_INET, b.c_str(), &a) != 1) continue;  // names, IPv6, wildcards' forms
+      const auto host = ntohl(a.s_addr);
+      if ((host >> 16) != 0xA9FEu) continue;  // 169.254.0.0/16
+      char text[INET_ADDRSTRLEN] = {};
+      ::inet_ntop(AF_INET, &a, text, sizeof text);
+      if (std::find(out.begin(), out.end(), text) == out.end()) out.emplace_back(text);
+    }
+  }
+  return out;
 }
 
 std::vector<std::string> describeCorefile(const CorefileFacts& f) {

@@ -41,6 +41,12 @@ Result<CorefileFacts> parseCorefile(std::string_view text);
 // The ConfigMap as the API returns it ({"data": {"Corefile": ...}}).
 Result<CorefileFacts> parseCorefileConfigMap(std::string_view json_text);
 
+// The link-local IPv4 addresses (169.254.0.0/16) port-53 server blocks `bind` to: a node-local
+// cache's own addresses (NodeLocal DNSCache: `bind 169.254.20.10 <kube-dns ClusterIP>`). The
+// ClusterIP it binds beside is left out: on a node where the cache is not set up, that address
+// is the Service's, served by CoreDNS.
+std::vector<std::string> linkLocalBinds(const CorefileFacts& f);
+
 // One line per port-53 server block: "., cluster.local:53 answers cluster.local in-addr.arpa
 // (kubernetes), forwards . to /etc/resolv.conf".
 std::vector<std::string> describeCorefile(const CorefileFacts& f);

@@ -60,7 +60,14 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
       answered += vm.answered;
       if (vm.state != GuestDnsState::Ok && (!worst || vm.state > worst->state)) worst = &vm;
     }
-    if (worst && worst->state == GuestDnsState::ServiceTranslationMissing) {
+    if (worst && worst->state == GuestDnsState::NodeLocalCacheDown) {
+      r = makeResult(kDnsPathCheck, Status::Fail, "NodeLocalCacheDown",
+                     "guest DNS queries go to a node-local DNS cache that is not serving (" +
+                         worst->vmi + ": " + worst->detail + ")",
+                     "the node-local-dns DaemonSet pod on this node is down or not yet ready (a "
+                     "new node: cilium/cilium#43080); `kubectl -n kube-system get pods -o wide "
+                     "-l k8s-app=node-local-dns` for this node, and its logs");
+    } else if (worst && worst->state == GuestDnsState::ServiceTranslationMissing) {
       r = makeResult(kDnsPathCheck, Status::Fail, "ServiceTranslationMissing",
                      "guest DNS queries leave the host with the service IP untranslated (" +
                          worst->vmi + ": " + worst->detail + ")",
@@ -120,6 +127,7 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
   if (!in.cilium_note.empty()) r.evidence.push_back({"cilium-config", in.cilium_note});
   if (!in.cilium_error.empty()) r.evidence.push_back({"cilium-config", in.cilium_error});
   for (const auto& line : in.corefile) r.evidence.push_back({"coredns Corefile", line});
+  if (!in.nodelocal.empty()) r.evidence.push_back({"node-local-dns", in.nodelocal});
   r.evidence.push_back({"virt-launcher processes",
                         in.launchers_readable ? std::to_string(in.launchers) : "unreadable"});
   return r;
@@ -165,6 +173,7 @@ CheckResult DnsPathProbe::run(const ProbeContext& ctx) {
       in.corefile = describeCorefile(facts->corefile);
     else if (!facts->corefile_detail.empty())
       in.corefile = {facts->corefile_detail};
+    in.nodelocal = facts->nodelocal_detail;
   }
   if (in.tracer) {
     // The tracer's discovery follows the launchers already (proc connector, rescans): a scan of

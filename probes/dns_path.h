@@ -22,7 +22,14 @@ namespace nodegate {
 
 // --- the tracer's view, handed over through a seam -----------------------------------------
 
-enum class GuestDnsState { Ok, ServerError, NoResponse, ServiceTranslationMissing };
+// In rising order of what the check reports first (the worst guest's state).
+enum class GuestDnsState {
+  Ok,
+  ServerError,
+  NoResponse,
+  ServiceTranslationMissing,
+  NodeLocalCacheDown,  // the node-local DNS cache the guests are pointed at is not serving
+};
 
 struct GuestDnsStatus {
   std::string vmi;
@@ -81,6 +88,11 @@ struct ClusterDnsFacts {
   ApiRead corefile_read = ApiRead::Failed;
   CorefileFacts corefile;  // when Ok
   std::string corefile_detail;
+  // NodeLocal DNSCache's ConfigMap: the cache's link-local addresses (linkLocalBinds()), which a
+  // guest may be pointed at before the cache is up on this node. NotFound: no such cache.
+  ApiRead nodelocal_read = ApiRead::Failed;
+  std::vector<std::string> nodelocal_addresses;  // when Ok
+  std::string nodelocal_detail;
 };
 
 // Built by the composition root, written by the agent's cluster-DNS reader
@@ -99,6 +111,7 @@ struct DnsPathInputs {
   std::string cilium_note;        // how the Cilium settings were found (or that there is no Cilium)
   bool cilium_forbidden = false;  // the API refused to show cilium-config (RBAC)
   std::vector<std::string> corefile;  // describeCorefile(), or why it was not read (evidence)
+  std::string nodelocal;              // the node-local cache's addresses, or why not known
   std::size_t launchers = 0;  // virt-launcher processes: the tracer's count, or a procfs scan
   bool launchers_readable = true;
 };
@@ -121,6 +134,11 @@ inline const SettingSpec kDnsPathDnsServiceSetting = textSetting(
 inline const SettingSpec kDnsPathCorefileConfigMapSetting = textSetting(
     kDnsPathCheck, "coredns_configmap", "coredns",
     "ConfigMap (in dns_service_namespace) with CoreDNS's Corefile; \"\": not read", {}, 253);
+inline const SettingSpec kDnsPathNodeLocalConfigMapSetting = textSetting(
+    kDnsPathCheck, "nodelocal_configmap", "node-local-dns",
+    "ConfigMap (in dns_service_namespace) with NodeLocal DNSCache's Corefile, for the cache's "
+    "addresses; \"\": not read",
+    {}, 253);
 inline const SettingSpec kDnsPathServerProcessesSetting =
     listSetting(kDnsPathCheck, "server_processes", {"coredns"},
                 "process names (comm) of the DNS servers the Service points at", {}, 32);
@@ -145,9 +163,10 @@ inline const ProbeSpec kDnsPathSpec{
     .default_required = false,
     .settings = {&kDnsPathCiliumFileSetting, &kDnsPathCiliumNamespaceSetting,
                  &kDnsPathCiliumConfigMapSetting, &kDnsPathDnsNamespaceSetting,
-                 &kDnsPathCorefileConfigMapSetting, &kDnsPathDnsServiceSetting,
-                 &kDnsPathServerProcessesSetting, &kDnsPathQueryTimeoutSetting,
-                 &kDnsPathWindowSetting, &kDnsPathRescanSetting, &kDnsPathRescanWithEventsSetting},
+                 &kDnsPathCorefileConfigMapSetting, &kDnsPathNodeLocalConfigMapSetting,
+                 &kDnsPathDnsServiceSetting, &kDnsPathServerProcessesSetting,
+                 &kDnsPathQueryTimeoutSetting, &kDnsPathWindowSetting, &kDnsPathRescanSetting,
+                 &kDnsPathRescanWithEventsSetting},
 };
 
 class DnsPathProbe final : public Probe {

@@ -26,6 +26,8 @@ GuestDnsState stateOf(Verdict v) {
       return GuestDnsState::NoResponse;
     case Verdict::ServiceTranslationMissing:
       return GuestDnsState::ServiceTranslationMissing;
+    case Verdict::NodeLocalCacheDown:
+      return GuestDnsState::NodeLocalCacheDown;
     default:
       return GuestDnsState::Ok;
   }

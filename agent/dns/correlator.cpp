@@ -68,17 +68,20 @@ std::string_view verdictName(Verdict v) {
       return "slow_failover";
     case Verdict::TruncatedTcpFailed:
       return "truncated_tcp_failed";
+    case Verdict::NodeLocalCacheDown:
+      return "node_local_cache_down";
   }
   return "unknown";
 }
 
 const std::vector<Verdict>& finishedVerdicts() {
   static const std::vector<Verdict> kAll = {
-      Verdict::Answered,     Verdict::ServerError,
-      Verdict::Unanswered,   Verdict::ServiceTranslationMissing,
-      Verdict::NotFound,     Verdict::Refused,
-      Verdict::Unreachable,  Verdict::ConnectionRefused,
-      Verdict::SlowFailover, Verdict::TruncatedTcpFailed};
+      Verdict::Answered,          Verdict::ServerError,
+      Verdict::Unanswered,        Verdict::ServiceTranslationMissing,
+      Verdict::NotFound,          Verdict::Refused,
+      Verdict::Unreachable,       Verdict::ConnectionRefused,
+      Verdict::SlowFailover,      Verdict::TruncatedTcpFailed,
+      Verdict::NodeLocalCacheDown};
   return kAll;
 }
 
@@ -255,12 +258,30 @@ void Correlator::observe(const Observation& o) {
   if (o.tcp && !by_isn_.empty()) connectionEstablished(o);
   std::uint64_t retry_of = 0;
   QueryTrace* t = findForQuery(o, &retry_of);
+  const bool started = !t;
   if (!t) {
     t = &start(o);
     t->retry_of = retry_of;
   }
   t->query_path.push_back(toSighting(o));
   t->last_ns = std::max(t->last_ns, o.ts_ns);
+  if (started && o.hop >= Hop::HostOut && o.vmi.empty()) noteUpstream(*t);
+}
+
+// A query the node itself sent (first seen past the host veth): when a guest's query to a
+// node-local cache with the same question is pending, it is the cache asking upstream, over UDP
+// or TCP and with an id of its own (dnsmasq) or the guest's (CoreDNS): the cache is alive.
+void Correlator::noteUpstream(const QueryTrace& upstream) {
+  for (auto it = by_key_.lower_bound(Key{upstream.qname, upstream.qtype, false, 0});
+       it != by_key_.end() && it->first.qname == upstream.qname &&
+       it->first.qtype == upstream.qtype;
+       ++it)
+    for (std::uint64_t seq : it->second) {
+      QueryTrace& t = in_flight_.at(seq);
+      if (!t.node_local || t.upstream_seen || t.first_ns > upstream.first_ns) continue;
+      t.upstream_seen = true;
+      t.upstream_server = upstream.query_path.front().daddr;
+    }
 }
 
 void Correlator::observeResponse(const Observation& o) {
@@ -396,6 +417,10 @@ void Correlator::startConnection(const Observation& o) {
   t.connect_only = true;
   t.isn = o.tcp_seq;
   t.original_daddr = o.daddr;
+  t.node_local = o.hop < Hop::HostOut && node_local_addrs_.count(o.daddr);
+  t.node_local_absent = t.node_local && node_local_absent_.count(o.daddr);
+  if (o.hop >= Hop::HostOut && o.vmi.empty())
+    last_node_connect_ns_ = std::max(last_node_connect_ns_.value_or(0), o.ts_ns);
   t.first_ns = t.last_ns = o.ts_ns;
   t.query_path.push_back(toSighting(o));
   linkTcpRetry(t);
@@ -433,6 +458,8 @@ QueryTrace& Correlator::start(const Observation& o) {
   t.tcp = o.tcp;
   t.ipv6 = o.ipv6;
   t.original_daddr = o.daddr;
+  t.node_local = o.hop < Hop::HostOut && node_local_addrs_.count(o.daddr);
+  t.node_local_absent = t.node_local && node_local_absent_.count(o.daddr);
   t.first_ns = o.ts_ns;
   t.last_ns = o.ts_ns;
   if (t.tcp) linkTcpRetry(t);
@@ -454,6 +481,9 @@ QueryTrace* Correlator::findForQuery(const Observation& o, std::uint64_t* retry_
     // A query already seen at this hop that comes by again is the guest asking again (same id is
     // what glibc and dig do on a retry); the earlier attempt keeps its own verdict.
     if (sightingAt(t.query_path, o.hop) || !t.response_path.empty()) continue;
+    // A node-local cache answers from the node: what leaves past the host veth with the same
+    // question (and, from CoreDNS, the same id) is the cache's own query upstream.
+    if (t.node_local && o.hop >= Hop::HostOut) continue;
     if (highestHop(t.query_path) < o.hop) return &t;
     fallback = &t;
   }
@@ -589,13 +619,38 @@ void Correlator::classifyUnanswered(QueryTrace& t) const {
       untranslated_evidence = true;
   }
   if (reached_host && !translated && beyond_host_traced_) untranslated_evidence = true;
-  if (server_addrs_.count(t.original_daddr)) untranslated_evidence = false;
+  // A query straight to a server, or to a cache on the node, needs no translation; one the node
+  // itself sent (first seen past the host veth) is seen after its own NAT.
+  if (server_addrs_.count(t.original_daddr) || t.node_local ||
+      lowestHop(t.query_path) >= Hop::HostOut)
+    untranslated_evidence = false;
   // An ICMP error for a query that left untranslated (no route for the ClusterIP) is a symptom:
   // the missing translation is the cause.
   t.verdict = reached_host && !translated && untranslated_evidence
                   ? Verdict::ServiceTranslationMissing
               : t.icmp_code ? Verdict::Unreachable
                             : Verdict::Unanswered;
+}
+
+// A query to a node-local cache that failed: is the cache the reason? Nothing listening on its
+// address is proof (the kernel's NO_SOCKET drop, the ICMP unreachable or TCP reset it answers
+// with), and so is its address being on no link of the node (the cache has not set it up). Plain
+// silence is only when the cache did not ask upstream either, and only where its upstream queries
+// would have been seen (a traced server hop); a live cache whose upstream is silent is silent too,
+// and keeps its verdict.
+bool Correlator::cacheDown(const QueryTrace& t) const {
+  switch (t.verdict) {
+    case Verdict::Unreachable:
+    case Verdict::ConnectionRefused:
+      return true;
+    case Verdict::Unanswered:
+      break;
+    default:
+      return false;
+  }
+  if (t.node_local_absent || (t.drop_reason == "NO_SOCKET" && !t.drop_on_response)) return true;
+  const bool node_connected = last_node_connect_ns_ && *last_node_connect_ns_ >= t.first_ns;
+  return beyond_host_traced_ && !t.upstream_seen && !node_connected;
 }
 
 void Correlator::unindex(const QueryTrace& t) {
@@ -629,6 +684,7 @@ void Correlator::finish(std::uint64_t seq, Verdict v, std::uint64_t now_ns) {
   // A connection that opened and carried no query we saw (a health check, or a query on a path
   // we do not trace) is no DNS failure.
   if (t.connect_only && t.connected && v == Verdict::InFlight) return;
+  if (t.node_local && cacheDown(t)) t.verdict = Verdict::NodeLocalCacheDown;
   // A truncated answer that reached the guest: its TCP retry decides (settleTruncated()).
   if (t.truncated && !t.tcp && v != Verdict::InFlight) {
     if (awaiting_tcp_.size() >= limits_.max_in_flight) {

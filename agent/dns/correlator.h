@@ -71,6 +71,10 @@ enum class Verdict {
   SlowFailover,               // answered by another server after the one the guest asked first had
                               // not answered: the lookup waited the guest's timeout
   TruncatedTcpFailed,         // a truncated UDP answer whose TCP retry failed or never came
+  NodeLocalCacheDown,         // sent to a node-local DNS cache (NodeLocal DNSCache) that is not
+                              // there: nothing listens on its address (a kernel NO_SOCKET drop,
+                              // an ICMP unreachable, a TCP reset), or it stayed silent and sent no
+                              // query upstream for it
 };
 std::string_view verdictName(Verdict v);  // stable: metric "result" label and API
 // Every verdict a finished trace can have, in enum order (docs, tests, label sets).
@@ -123,6 +127,12 @@ struct QueryTrace {
   // the retry ended ("no TCP retry" or the TCP trace's verdict).
   std::uint64_t tcp_retried_by = 0;
   std::string tcp_failure;
+  // Sent to a node-local cache (Correlator::setNodeLocalAddresses): whether the cache was seen
+  // asking upstream for the same question while the query was pending, and where it asked.
+  bool node_local = false;
+  bool node_local_absent = false;  // the address was on no link of the node when it was asked
+  bool upstream_seen = false;
+  std::string upstream_server;
 
   // Round trip seen at a hop: response time minus query time there, if both were seen.
   std::optional<std::uint64_t> hopLatencyNs(Hop h) const;
@@ -165,6 +175,16 @@ class Correlator {
   // The DNS servers' own addresses (CoreDNS endpoints from the API): a query sent straight to
   // one needs no service translation, so losing it is never "translation missing".
   void setServerAddresses(std::set<std::string> addrs) { server_addrs_ = std::move(addrs); }
+  // The addresses of a node-local DNS cache on this node (NodeLocal DNSCache's 169.254.20.10 and
+  // whatever else it binds): a query to one is answered by a socket on the node itself, so it
+  // needs no service translation and ends at the host veth; the cache's own query upstream is
+  // another query, from the node, that is not merged into the guest's trace. Applies to queries
+  // that start after the call. `absent`: those of them no link of the node holds (named by the
+  // cache's configuration, not set up here yet: the cache has not started on this node).
+  void setNodeLocalAddresses(std::set<std::string> addrs, std::set<std::string> absent = {}) {
+    node_local_addrs_ = std::move(addrs);
+    node_local_absent_ = std::move(absent);
+  }
   // Truncated answers waiting for the outcome of their TCP retry.
   std::size_t awaitingTcp() const { return awaiting_tcp_.size(); }
 
@@ -200,6 +220,8 @@ class Correlator {
   void linkTcpRetry(QueryTrace& t);
   void linkFailover(QueryTrace& t) const;
   void classifyUnanswered(QueryTrace& t) const;
+  bool cacheDown(const QueryTrace& t) const;
+  void noteUpstream(const QueryTrace& upstream);
   static Key keyOf(const Observation& o);
   static Key keyOf(const QueryTrace& t);
 
@@ -207,6 +229,11 @@ class Correlator {
   CorrelatorStats stats_;
   bool beyond_host_traced_ = false;
   std::set<std::string> server_addrs_;
+  std::set<std::string> node_local_addrs_, node_local_absent_;
+  // When the node last opened a TCP connection to port 53 (a SYN first seen past the host veth):
+  // a cache forwarding over TCP (NodeLocal DNSCache's force_tcp) whose upstream does not accept
+  // shows nothing else, and the question is not in a SYN.
+  std::optional<std::uint64_t> last_node_connect_ns_;
   std::uint64_t next_seq_ = 1;
   std::map<std::uint64_t, QueryTrace> in_flight_;     // by seq: oldest first, for eviction
   std::map<Key, std::vector<std::uint64_t>> by_key_;  // seqs in flight per key, oldest first

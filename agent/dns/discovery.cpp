@@ -33,6 +33,17 @@ Result<std::uint64_t> netnsInode(const std::string& netns_path) {
   return static_cast<std::uint64_t>(st.st_ino);
 }
 
+std::set<std::string> nodeLocalAddresses(const std::vector<LinkInfo>& links) {
+  std::set<std::string> out;
+  for (const auto& l : links) {
+    if (l.kind != "dummy") continue;
+    bool link_local = false;
+    for (const auto& a : l.addresses) link_local |= startsWith(a, "169.254.");
+    if (link_local) out.insert(l.addresses.begin(), l.addresses.end());
+  }
+  return out;
+}
+
 std::vector<HopDevice> assignHops(const std::vector<NetnsView>& views) {
   std::vector<HopDevice> out;
   auto add = [&](const NetnsView& v, const LinkInfo& l, Hop hop, const std::string& vmi) {
@@ -119,9 +130,10 @@ std::optional<std::uint64_t> HopDiscovery::inodeOf(const std::string& path, Netn
 }
 
 // Addresses are read where endpoints are matched: DNS server netns, and the node's own (a
-// hostNetwork server holds its endpoint there).
+// hostNetwork server holds its endpoint there). The node's own and the extra netns (one of which
+// is the host side in a replica) also hold a node-local cache's address, if there is one.
 bool HopDiscovery::wantsAddresses(NetnsRole role) const {
-  return role == NetnsRole::DnsServer || (role == NetnsRole::Self && hints_.endpoints);
+  return role == NetnsRole::DnsServer || role == NetnsRole::Self || role == NetnsRole::Extra;
 }
 
 NetnsView* HopDiscovery::addView(std::string path, std::uint64_t ino, NetnsRole role,
@@ -320,6 +332,15 @@ DiscoveryResult HopDiscovery::result() const {
     if (launcher) ++res.launchers;
   }
   res.devices = assignHops(views_);
+  for (const auto& v : views_)
+    if (v.role == NetnsRole::Self || v.role == NetnsRole::Extra) {
+      auto a = nodeLocalAddresses(v.links);
+      res.node_local.insert(a.begin(), a.end());
+      bool launcher = false;  // an extra netns that is a launcher's
+      for (const auto& l : v.links) launcher |= startsWith(l.name, "k6t-");
+      for (const auto& l : v.links)
+        if (!launcher) res.host_addresses.insert(l.addresses.begin(), l.addresses.end());
+    }
   // A --dns-netns that yields no hop is a wrong path or not a shape discovery knows: say so rather
   // than trace nothing in silence.
   for (const auto& v : views_) {

@@ -63,6 +63,14 @@ struct HopDevice {
 // named after its netns file ("netns/<basename>") so its queries are still kept apart.
 std::vector<HopDevice> assignHops(const std::vector<NetnsView>& views);
 
+// The addresses of a node-local DNS cache among the links of a host netns: every address of a
+// dummy link that holds an IPv4 link-local one (169.254.0.0/16). NodeLocal DNSCache puts
+// 169.254.20.10 on its `nodelocaldns` dummy, and in iptables mode the kube-dns ClusterIP beside
+// it, both served by its hostNetwork pod; IPVS's kube-ipvs0 dummy holds ClusterIPs but no
+// link-local address and is not taken. The link alone decides, not a listener on port 53: a cache
+// that crashed leaves its link behind, and that is when its address matters most.
+std::set<std::string> nodeLocalAddresses(const std::vector<LinkInfo>& links);
+
 // Where the cluster's DNS servers run on this node. Their pods' netns are found through their
 // processes (hostPID; comm in `process_names`, default "coredns"). With an API connection a
 // netns counts only when one of its links holds an address of the kube-dns Service's endpoints
@@ -84,9 +92,13 @@ struct DnsServerHints {
 // skipped and reported.
 struct DiscoveryResult {
   std::vector<HopDevice> devices;
-  std::size_t launchers = 0;       // launcher netns found (processes + extras with a k6t bridge)
-  std::vector<int> launcher_pids;  // virt-launcher processes found: their exit stops a VM
-  std::size_t dns_servers = 0;     // DNS server netns taken (Server and HostOut hops)
+  std::size_t launchers = 0;         // launcher netns found (processes + extras with a k6t bridge)
+  std::vector<int> launcher_pids;    // virt-launcher processes found: their exit stops a VM
+  std::size_t dns_servers = 0;       // DNS server netns taken (Server and HostOut hops)
+  std::set<std::string> node_local;  // a node-local DNS cache's addresses (nodeLocalAddresses())
+  // Every address on a link of the node's own netns and of the extra netns that are no launcher's:
+  // whether an address the cache's configuration names is set up on this node yet.
+  std::set<std::string> host_addresses;
   std::vector<std::string> errors;
 };
 

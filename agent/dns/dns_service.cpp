@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -104,6 +105,9 @@ struct DnsService::Impl {
   // The kept views: a pass re-reads what its events named. The worker's (and rescanNow()'s).
   std::mutex pass_mu;
   HopDiscovery discovery;
+  // A node-local cache's addresses: the links discovery last found holding them, and all the
+  // engine was given (those and the cache's ConfigMap's). pass_mu's.
+  std::set<std::string> node_local_links, host_addresses, node_local, node_local_absent;
 
   Impl(const HostRoot& h, DnsServiceConfig c, prometheus::Registry& reg,
        std::unique_ptr<DnsTracer> t)
@@ -125,6 +129,7 @@ struct DnsService::Impl {
   void rescan(const DiscoveryWork& work);
   void tick();
   void serversChanged();
+  void nodeLocalChanged(std::optional<std::set<std::string>> found);
   bool publish();
   void run();
   TracerFacts facts() const;
@@ -279,6 +284,8 @@ void DnsService::Impl::rescan(const DiscoveryWork& work) {
       engine.setServerAddresses(std::move(servers));
     }
   }
+  host_addresses = std::move(found.host_addresses);
+  nodeLocalChanged(std::move(found.node_local));
   accounting.hopsAttached(attachments.size());
   if (found.errors != discovery_errors) {
     for (const auto& e : found.errors) log::warn("dns hop discovery", {{"error", e}});
@@ -316,6 +323,34 @@ void DnsService::Impl::tick() {
   accounting.eventsLost(tracer->stats().events_lost);
   if (publish() && cfg.trigger) cfg.trigger(kTriggerDns);
   serversChanged();
+  // Skipped while a pass runs (it applies them itself).
+  if (std::unique_lock pass(pass_mu, std::try_to_lock); pass.owns_lock())
+    nodeLocalChanged(std::nullopt);
+}
+
+// A node-local cache's addresses, from the node's links (a pass: `found`) or named by the cache's
+// configuration before its link exists (a new node whose cache is not up yet), which the API
+// reader brings between passes; the engine and the log hear of a change. With pass_mu held.
+void DnsService::Impl::nodeLocalChanged(std::optional<std::set<std::string>> found) {
+  if (found) node_local_links = std::move(*found);
+  std::set<std::string> all = node_local_links, absent;
+  if (auto f = cfg.cluster ? cfg.cluster->facts() : std::nullopt)
+    for (const auto& a : f->nodelocal_addresses) {
+      all.insert(a);
+      if (!host_addresses.count(a)) absent.insert(a);
+    }
+  if (all == node_local && absent == node_local_absent) return;
+  node_local = all;
+  node_local_absent = absent;
+  auto joined = [](const std::set<std::string>& s) {
+    std::string out;
+    for (const auto& a : s) out += (out.empty() ? "" : " ") + a;
+    return out.empty() ? std::string("none") : out;
+  };
+  log::info("dns node-local cache addresses",
+            {{"addresses", joined(all)}, {"not_on_this_node", joined(absent)}});
+  std::lock_guard lock(engine_mu);
+  engine.setNodeLocalAddresses(std::move(all), std::move(absent));
 }
 
 // The kube-dns endpoints from the API decide which DNS server netns count, and they come (and

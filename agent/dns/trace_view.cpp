@@ -90,7 +90,26 @@ std::string lostText(const QueryTrace& t) {
     d += ", kernel drop " + t.drop_reason +
          (t.drop_hop == Hop::Unknown ? " beyond the traced hops"
                                      : " at " + std::string(hopName(t.drop_hop)));
+  if (t.node_local && t.upstream_seen)
+    d += "; the node-local cache asked " + t.upstream_server + " upstream";
   return d;
+}
+
+// What shows that nothing serves the node-local cache's address (Correlator::cacheDown()).
+std::string cacheDownText(const QueryTrace& t) {
+  std::string d = "node-local DNS cache " + t.original_daddr + " is not serving: ";
+  if (t.icmp_code) return d + icmpText(t);
+  if (t.reset_hop != Hop::Unknown)
+    return d + "TCP port 53 reset at " + std::string(hopName(t.reset_hop));
+  if (t.drop_reason == "NO_SOCKET")
+    return d + "no socket on port 53 (kernel drop NO_SOCKET at " +
+           std::string(hopName(t.drop_hop)) + ")";
+  if (t.node_local_absent)
+    return d +
+           "its address is on no link of this node (the cache has not set it up), last seen "
+           "at " +
+           std::string(hopName(t.last_hop));
+  return d + "no answer and no query upstream, last seen at " + std::string(hopName(t.last_hop));
 }
 
 }  // namespace
@@ -117,6 +136,8 @@ std::string verdictDetail(const QueryTrace& t) {
              " did not answer for " + seconds(t.failover_lost_ns);
     case Verdict::TruncatedTcpFailed:
       return "truncated over UDP, " + (t.tcp_failure.empty() ? "TCP retry failed" : t.tcp_failure);
+    case Verdict::NodeLocalCacheDown:
+      return cacheDownText(t);
     case Verdict::InFlight:
       return "in flight";
     default:
@@ -158,7 +179,14 @@ std::string verdictHint(const QueryTrace& t) {
     case Verdict::TruncatedTcpFailed:
       return "network policy or guest resolver: the answer needs TCP, and DNS over TCP is blocked "
              "on the path or the guest's resolver does not retry over TCP";
+    case Verdict::NodeLocalCacheDown:
+      return "node-local DNS cache: the node-local-dns DaemonSet pod on this node is down or not "
+             "yet ready (a new node, cilium/cilium#43080); `kubectl -n kube-system get pods -o "
+             "wide -l k8s-app=node-local-dns` for this node, and its logs";
     case Verdict::Unanswered:
+      if (t.node_local && t.upstream_seen)
+        return "DNS server upstream of the node-local cache: the cache at " + t.original_daddr +
+               " asked " + t.upstream_server + " and got no answer in time";
       return "network: the query was lost after " + std::string(hopName(t.last_hop)) +
              (t.drop_reason.empty() ? "" : " (kernel drop " + t.drop_reason + ")");
     case Verdict::ServiceTranslationMissing:
@@ -221,6 +249,9 @@ nlohmann::json traceJson(const QueryTrace& t, const TimeBase& base) {
   j["tcp_retried_by"] = t.tcp_retried_by;
   j["tcp_failure"] =
       t.tcp_failure.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.tcp_failure);
+  j["node_local"] = t.node_local;
+  j["cache_upstream"] =
+      t.upstream_seen ? nlohmann::json(t.upstream_server) : nlohmann::json(nullptr);
   j["last_hop"] = std::string(hopName(t.last_hop));
   j["drop_reason"] =
       t.drop_reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.drop_reason);
@@ -265,6 +296,7 @@ std::string resultText(const nlohmann::json& t) {
            str(t, "detail", "?");
   if (result == "unreachable") return "UNREACHABLE: " + str(t, "detail", "?");
   if (result == "connection_refused") return "CONNECTION REFUSED: " + str(t, "detail", "?");
+  if (result == "node_local_cache_down") return "NODE-LOCAL CACHE DOWN: " + str(t, "detail", "?");
   std::string line = result == "service_translation_missing" ? "LOST: service IP not translated"
                                                              : "LOST: no answer";
   line += ", last seen at " + str(t, "last_hop", "?");
@@ -334,7 +366,8 @@ const char* resultClass(Verdict v) {
 // No answer came back to the guest: the path is drawn up to where the query was last seen.
 bool lostOnPath(Verdict v) {
   return v == Verdict::Unanswered || v == Verdict::ServiceTranslationMissing ||
-         v == Verdict::Unreachable || v == Verdict::ConnectionRefused;
+         v == Verdict::Unreachable || v == Verdict::ConnectionRefused ||
+         v == Verdict::NodeLocalCacheDown;
 }
 
 // Per VM, the servers its resolver waited for in vain before asking the next one, with the

@@ -23,12 +23,15 @@ struct TimeBase {
 //   {seq, vmi, time, id, qname, qtype, transport: udp|tcp, family: ipv4|ipv6,
 //    result: verdictName() (answered|not_found|server_error|refused|unanswered|
 //            service_translation_missing|unreachable|connection_refused|slow_failover|
-//            truncated_tcp_failed), detail: verdictDetail(), hint: verdictHint()|null,
+//            truncated_tcp_failed|node_local_cache_down),
+//    detail: verdictDetail(), hint: verdictHint()|null,
 //    server: the address the guest sent the query to, rcode: "NOERROR"|null, nodata,
 //    latency_seconds: number|null, truncated, retry_of, tcp_retry_of, tcp_retried_by (0 = none),
 //    tcp_failure: string|null, connect_only (a TCP connection seen without its query),
 //    icmp: {type, code, from, hop}|null, reset_hop: string|null,
 //    failover: {unanswered_server, lost_seconds, first_attempt}|null,
+//    node_local (sent to a node-local DNS cache), cache_upstream: where that cache asked
+//    upstream for it|null,
 //    last_hop, drop_reason: string|null, drop_hop: string|null,
 //    hops: [{hop, number, query: {t_seconds, src, dst}|null, response: {...}|null,
 //            latency_seconds: number|null}] in path order}

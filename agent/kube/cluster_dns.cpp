@@ -97,6 +97,25 @@ void readCorefile(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsF
                 parseCorefileConfigMap, out.corefile_read, out.corefile, out.corefile_detail);
 }
 
+std::string nodeLocalConfigPath(const ClusterDnsOptions& o) {
+  return "/api/v1/namespaces/" + urlEncode(o.dns_namespace) + "/configmaps/" +
+         urlEncode(o.nodelocal_configmap);
+}
+
+void readNodeLocalConfig(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out) {
+  const std::string what = "configmap " + o.dns_namespace + "/" + o.nodelocal_configmap;
+  CorefileFacts corefile;
+  readConfigMap(r, what, "no node-local DNS cache: " + what + " does not exist",
+                " (chart value rbac.readNodeLocalDNSConfig, or dns-path.nodelocal_configmap \"\")",
+                parseCorefileConfigMap, out.nodelocal_read, corefile, out.nodelocal_detail);
+  out.nodelocal_addresses = linkLocalBinds(corefile);
+  if (out.nodelocal_read != ApiRead::Ok) return;
+  std::string list;
+  for (const auto& a : out.nodelocal_addresses) list += (list.empty() ? "" : " ") + a;
+  out.nodelocal_detail = (list.empty() ? "no link-local bind address" : "cache on " + list) + " (" +
+                         out.nodelocal_detail + ")";
+}
+
 void readDnsEndpoints(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out) {
   const std::string what = "endpointslices of service " + o.dns_namespace + "/" + o.dns_service;
   out.dns_endpoints.clear();
@@ -135,6 +154,8 @@ ClusterDnsFacts fetchClusterDns(ApiClient& api, const ClusterDnsOptions& o) {
   readCiliumConfig(api.request("get", "GET", ciliumConfigPath(o)), o, f);
   readDnsEndpoints(api.request("list", "GET", dnsEndpointSlicesPath(o)), o, f);
   if (!o.corefile_configmap.empty()) readCorefile(api.request("get", "GET", corefilePath(o)), o, f);
+  if (!o.nodelocal_configmap.empty())
+    readNodeLocalConfig(api.request("get", "GET", nodeLocalConfigPath(o)), o, f);
   f.updated = std::chrono::system_clock::now();
   return f;
 }
@@ -166,7 +187,8 @@ void ClusterDnsSource::loop() {
     if (stop_.stopped()) return;
     if (!last || last->cilium_detail != f.cilium_detail ||
         last->endpoints_detail != f.endpoints_detail ||
-        last->corefile_detail != f.corefile_detail) {
+        last->corefile_detail != f.corefile_detail ||
+        last->nodelocal_detail != f.nodelocal_detail) {
       auto level = f.cilium_read == ApiRead::Forbidden || f.cilium_read == ApiRead::Failed ||
                            f.endpoints_read != ApiRead::Ok
                        ? log::Level::Warn
@@ -174,7 +196,8 @@ void ClusterDnsSource::loop() {
       log::write(level, "cluster dns facts",
                  {{"cilium", f.cilium_detail},
                   {"coredns", f.endpoints_detail},
-                  {"corefile", f.corefile_detail}});
+                  {"corefile", f.corefile_detail},
+                  {"node_local_dns", f.nodelocal_detail}});
     }
     board_->publish(f);
     last = std::move(f);

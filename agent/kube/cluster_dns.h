@@ -25,6 +25,8 @@ struct ClusterDnsOptions {
   std::string dns_namespace = "kube-system";       // dns-path.dns_service_namespace
   std::string dns_service = "kube-dns";            // dns-path.dns_service
   std::string corefile_configmap = "coredns";      // dns-path.coredns_configmap ("": not read)
+  // dns-path.nodelocal_configmap ("": not read), in dns_namespace
+  std::string nodelocal_configmap = "node-local-dns";
   // kube.cluster_dns_refresh_seconds (at least --resync), jittered by +-10%
   std::chrono::seconds refresh{300};
   double startup_jitter_s = 2;  // kube.startup_jitter_seconds: spreads a fleet restart
@@ -34,6 +36,7 @@ struct ClusterDnsOptions {
 std::string ciliumConfigPath(const ClusterDnsOptions& o);
 std::string dnsEndpointSlicesPath(const ClusterDnsOptions& o);
 std::string corefilePath(const ClusterDnsOptions& o);
+std::string nodeLocalConfigPath(const ClusterDnsOptions& o);
 
 // A GET of the ConfigMap: 200 parsed, 404 "no Cilium" (not an error), 403 Forbidden (RBAC),
 // anything else Failed with the reason.
@@ -45,7 +48,14 @@ void readDnsEndpoints(const HttpResponse& r, const ClusterDnsOptions& o, Cluster
 // line), 404/403/other as for cilium-config; evidence only, so no verdict rests on it.
 void readCorefile(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out);
 
-// The reads, one request each (the Corefile's only when corefile_configmap is set).
+// A GET of NodeLocal DNSCache's ConfigMap: 200 parsed into the cache's link-local addresses
+// (a Corefile that does not parse is Failed), 404 "no node-local cache" (not an error), 403
+// Forbidden with the chart value that grants it: the addresses are then not known from the API
+// (hop discovery may still find the cache's link on the node), never a verdict of their own.
+void readNodeLocalConfig(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out);
+
+// The reads, one request each (the Corefile's and the node-local cache's only when their
+// ConfigMap is named).
 ClusterDnsFacts fetchClusterDns(ApiClient& api, const ClusterDnsOptions& o);
 
 // The reader: a thread of its own on the shared connection, publishing to `board` after every

@@ -364,7 +364,8 @@ class DaemonSet(unittest.TestCase):
         lvm = {"data_warn_percent": 80, "data_fail_percent": 90, "metadata_warn_percent": 70, "metadata_fail_percent": 85}
         for case, want in [("defaults-1.31", {"gate": {"required": ["cpu-virt", "kvm-device", "tun", "kernel-modules"]},
                                               "checks": {"lvm": lvm, "local-pv": {"kubelet_dir": "/var/lib/kubelet"},
-                                                         "dns-path": {"coredns_configmap": "coredns"}},
+                                                         "dns-path": {"coredns_configmap": "coredns",
+                                                                      "nodelocal_configmap": "node-local-dns"}},
                                               "damping": {}}),
                            ("custom-1.31", {"gate": {"required": ["cpu-virt", "kvm-device", "tun", "kernel-modules",
                                                                   "lvm", "time-sync"]},
@@ -373,7 +374,8 @@ class DaemonSet(unittest.TestCase):
                                                        # rbac.readPods: false turns the pod watch off
                                                        "kube": {"pod_watch": False},
                                                        # rbac.readCoreDNSConfig false: not read
-                                                       "dns-path": {"coredns_configmap": ""}},
+                                                       "dns-path": {"coredns_configmap": "",
+                                                                    "nodelocal_configmap": ""}},
                                             "damping": {"lvm": 3}})]:
             docs = load(case)
             ds, c = agent_container(docs)
@@ -461,6 +463,9 @@ class Rbac(unittest.TestCase):
         coredns = one(docs, "Role", "nodegate-coredns-config")
         self.assertEqual(coredns["metadata"]["namespace"], "kube-system")
         self.assertEqual(rules_of(coredns), {("", "configmaps", "get", "coredns")})
+        nodelocal = one(docs, "Role", "nodegate-node-local-dns-config")
+        self.assertEqual(nodelocal["metadata"]["namespace"], "kube-system")
+        self.assertEqual(rules_of(nodelocal), {("", "configmaps", "get", "node-local-dns")})
 
     def test_no_pv_reads_turns_api_discovery_off(self):
         # Without the rules the agent's PV list could only get 403: the chart turns it off too.
@@ -485,6 +490,7 @@ class Rbac(unittest.TestCase):
                          {("", "pods", "list", None), ("", "pods", "watch", None)})
         self.assertFalse([r for r in of_kind(docs, "Role") if "cilium" in r["metadata"]["name"]])
         self.assertFalse([r for r in of_kind(docs, "Role") if "coredns" in r["metadata"]["name"]])
+        self.assertFalse([r for r in of_kind(docs, "Role") if "node-local" in r["metadata"]["name"]])
 
     def test_no_write_beyond_the_list(self):
         # Nothing in the agent's RBAC may delete, update, create nodes, or touch secrets.

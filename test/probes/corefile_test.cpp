@@ -69,6 +69,20 @@ TEST(Corefile, NodeLocalDnsCacheBindsItsLinkLocalAddress) {
   EXPECT_THAT(describeCorefile(*f)[0], HasSubstr("cluster.local:53 on 169.254.20.10 10.96.0.10"));
 }
 
+TEST(Corefile, LinkLocalBindsAreTheNodeLocalCachesAddresses) {
+  auto f = parseCorefile(fixture("node-local-dns.Corefile"));
+  ASSERT_TRUE(f.ok());
+  // Once, though every block binds it; the ClusterIP beside it is the Service's elsewhere.
+  EXPECT_THAT(linkLocalBinds(*f), ElementsAre("169.254.20.10"));
+  f = parseCorefile(
+      ".:53 {\n bind 0.0.0.0 169.254.0.010 fd00::10 lo 169.255.1.1 169.254.25.10\n}\n"
+      ".:5353 {\n bind 169.254.9.9\n}\n");
+  ASSERT_TRUE(f.ok());
+  // inet_pton takes no leading zeros; interface names, IPv6 and other ports are not taken.
+  EXPECT_THAT(linkLocalBinds(*f), ElementsAre("169.254.25.10"));
+  EXPECT_TRUE(linkLocalBinds(CorefileFacts{}).empty());
+}
+
 TEST(Corefile, PortsSchemesAndComments) {
   auto f = parseCorefile(
       "# a comment line\n"

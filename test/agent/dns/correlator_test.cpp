@@ -688,6 +688,209 @@ TEST(Correlator, TruncatedAnswerWhoseTcpSynIsDropped) {
   EXPECT_EQ(done[1].tcp_failure, "TCP retry unanswered");
 }
 
+// --- a node-local cache (NodeLocal DNSCache on 169.254.20.10): the guest's query ends at the host
+// veth, where the node's socket takes it; what the cache asks upstream is the node's own query.
+const std::string kNodeLocal = "169.254.20.10", kNode = "10.244.0.1";
+const Hop kToCache[] = {Hop::Tap, Hop::Bridge, Hop::LauncherEth0, Hop::HostVeth};
+
+Observation toCache(const Q& q, Hop hop, std::uint64_t t) {
+  Observation o = query(q, hop, t);
+  o.daddr = kNodeLocal;  // nothing translates it: the address is the node's own
+  return o;
+}
+Observation fromCache(const Q& q, Hop hop, std::uint64_t t, std::uint8_t rcode = 0) {
+  Observation o = answer(q, hop, t, rcode);
+  o.saddr = kNodeLocal;
+  return o;
+}
+// The cache's query upstream, seen leaving the node at host-out (from the node's address).
+Observation upstream(const Q& q, Hop hop, std::uint64_t t, bool response = false) {
+  Observation o = response ? answer(q, hop, t) : query(q, hop, t);
+  o.vmi = "";
+  (response ? o.daddr : o.saddr) = kNode;
+  return o;
+}
+
+Correlator cacheEngine(bool beyond_host_traced = true) {
+  Correlator c;
+  c.setBeyondHostTraced(beyond_host_traced);
+  c.setNodeLocalAddresses({kNodeLocal});
+  return c;
+}
+
+QueryTrace guestTrace(const std::vector<QueryTrace>& done) {
+  for (const auto& t : done)
+    if (!t.vmi.empty()) return t;
+  ADD_FAILURE() << "no guest trace among " << done.size();
+  return {};
+}
+
+TEST(Correlator, NodeLocalCacheAnswerEndsAtTheHostAndKeepsItsUpstreamApart) {
+  // dnsmasq asks upstream with an id of its own, CoreDNS with the guest's: neither joins the
+  // guest's trace, both say the cache is alive.
+  for (std::uint16_t upstream_id : {std::uint16_t{0x9999}, std::uint16_t{0x1234}}) {
+    Correlator c = cacheEngine();
+    Q q, up;
+    up.id = upstream_id;
+    std::uint64_t t = 1000 * kMs;
+    for (Hop h : kToCache) c.observe(toCache(q, h, t += kMs / 10));
+    c.observe(upstream(up, Hop::HostOut, t += kMs / 10));
+    c.observe(upstream(up, Hop::HostOut, t += kMs, true));
+    for (int i = 3; i >= 0; --i) c.observe(fromCache(q, kToCache[i], t += kMs / 10));
+    auto done = c.expire(t);
+    ASSERT_EQ(done.size(), 2u) << "upstream id " << upstream_id;
+    const QueryTrace g = guestTrace(done);
+    EXPECT_EQ(g.verdict, Verdict::Answered);
+    EXPECT_TRUE(g.node_local);
+    ASSERT_EQ(g.query_path.size(), 4u);
+    EXPECT_EQ(g.query_path.back().hop, Hop::HostVeth);
+    EXPECT_EQ(g.query_path.back().daddr, kNodeLocal);
+    EXPECT_EQ(g.response_path.size(), 4u);
+    EXPECT_EQ(g.last_hop, Hop::Tap);
+    EXPECT_TRUE(g.upstream_seen);
+    EXPECT_EQ(g.upstream_server, kCoreDns);
+    ASSERT_TRUE(g.hopLatencyNs(Hop::HostVeth));
+    EXPECT_GT(*g.hopLatencyNs(Hop::HostVeth), kMs);  // the cache waited for its upstream
+    const QueryTrace& u = done[0].vmi.empty() ? done[0] : done[1];
+    EXPECT_EQ(u.verdict, Verdict::Answered);
+    EXPECT_EQ(u.query_path.size(), 1u);
+  }
+}
+
+TEST(Correlator, NothingListeningOnTheCacheAddressIsNodeLocalCacheDown) {
+  // The kernel frees the query with NO_SOCKET: proof, whether or not the upstream side is traced.
+  for (bool beyond : {true, false}) {
+    Correlator c = cacheEngine(beyond);
+    Q q;
+    std::uint64_t t = 0;
+    for (Hop h : kToCache) c.observe(toCache(q, h, t += kMs));
+    auto drop = toCache(q, Hop::HostVeth, t += kMs);
+    drop.drop = true;
+    drop.drop_reason = "NO_SOCKET";
+    c.observe(drop);
+    const QueryTrace tr = single(c, t + 5000 * kMs);
+    EXPECT_EQ(tr.verdict, Verdict::NodeLocalCacheDown) << beyond;
+    EXPECT_EQ(tr.drop_reason, "NO_SOCKET");
+    EXPECT_EQ(tr.last_hop, Hop::HostVeth);
+  }
+  // The ICMP port unreachable the node answers with, and a TCP reset from port 53.
+  Correlator c = cacheEngine(false);
+  Q q;
+  c.observe(toCache(q, Hop::Tap, kMs));
+  c.observe(toCache(q, Hop::HostVeth, 2 * kMs));
+  auto icmp = icmpFor(q, Hop::Tap, 3 * kMs, 3, true);
+  icmp.saddr = kNodeLocal;
+  icmp.daddr = kNodeLocal;
+  c.observe(icmp);
+  EXPECT_EQ(single(c, 4 * kMs).verdict, Verdict::NodeLocalCacheDown);
+  Q tq;
+  tq.tcp = true;
+  auto s = syn(tq, Hop::Tap, 10 * kMs, 4242);
+  s.daddr = kNodeLocal;
+  c.observe(s);
+  auto rst = fromServer(tq, Hop::Tap, 11 * kMs, 4243, false);
+  rst.saddr = kNodeLocal;
+  c.observe(rst);
+  const QueryTrace tr = single(c, 12 * kMs);
+  EXPECT_EQ(tr.verdict, Verdict::NodeLocalCacheDown);
+  EXPECT_TRUE(tr.connect_only);
+}
+
+TEST(Correlator, SilentCacheThatNeverAskedUpstreamIsDownOnlyWhereUpstreamIsTraced) {
+  {
+    Correlator c = cacheEngine(true);
+    Q q;
+    for (Hop h : kToCache) c.observe(toCache(q, h, kMs));
+    const QueryTrace tr = single(c, 5002 * kMs);
+    EXPECT_EQ(tr.verdict, Verdict::NodeLocalCacheDown);
+    EXPECT_FALSE(tr.upstream_seen);
+  }
+  {
+    // No server hop traced: its upstream query would not have been seen, so silence says nothing.
+    Correlator c = cacheEngine(false);
+    Q q;
+    for (Hop h : kToCache) c.observe(toCache(q, h, kMs));
+    EXPECT_EQ(single(c, 5002 * kMs).verdict, Verdict::Unanswered);
+    // Unless the address is on no link of the node (a new node: the cache has not set it up).
+    c.setNodeLocalAddresses({kNodeLocal}, {kNodeLocal});
+    Q q2;
+    q2.id = 2;
+    for (Hop h : kToCache) c.observe(toCache(q2, h, 6000 * kMs));
+    const QueryTrace tr = single(c, 11002 * kMs);
+    EXPECT_EQ(tr.verdict, Verdict::NodeLocalCacheDown);
+    EXPECT_TRUE(tr.node_local_absent);
+  }
+  {
+    // The same silence towards an address nobody said is a node-local cache: the old verdict (the
+    // host-veth sighting alone proves no missing translation either).
+    Correlator c;
+    Q q;
+    for (Hop h : kToCache) c.observe(toCache(q, h, kMs));
+    EXPECT_EQ(single(c, 5002 * kMs).verdict, Verdict::Unanswered);
+  }
+}
+
+TEST(Correlator, LiveCacheWithASilentUpstreamKeepsTheUnansweredVerdict) {
+  {
+    // Over UDP: the cache's question goes out at host-out and nothing comes back.
+    Correlator c = cacheEngine();
+    Q q, up;
+    up.id = 0x4321;
+    for (Hop h : kToCache) c.observe(toCache(q, h, kMs));
+    c.observe(upstream(up, Hop::HostOut, 2 * kMs));
+    c.observe(upstream(up, Hop::Server, 2 * kMs + kMs / 10));
+    auto done = c.expire(5002 * kMs);
+    ASSERT_EQ(done.size(), 2u);
+    const QueryTrace g = guestTrace(done);
+    EXPECT_EQ(g.verdict, Verdict::Unanswered);
+    EXPECT_TRUE(g.upstream_seen);
+    EXPECT_EQ(g.query_path.size(), 4u);
+    // The cache's own query: lost at the server, sent by the node after its NAT (not a
+    // translation the node failed to make).
+    const QueryTrace& u = done[0].vmi.empty() ? done[0] : done[1];
+    EXPECT_EQ(u.verdict, Verdict::Unanswered);
+    EXPECT_EQ(u.last_hop, Hop::Server);
+  }
+  {
+    // Over TCP (NodeLocal DNSCache's force_tcp) to an upstream that never accepts: only the
+    // node's SYN is seen, without the question; the node was trying, so no "down".
+    Correlator c = cacheEngine();
+    Q q, up;
+    up.tcp = true;
+    for (Hop h : kToCache) c.observe(toCache(q, h, kMs));
+    auto s = syn(up, Hop::HostOut, 2 * kMs, 777);
+    s.vmi = "";
+    s.saddr = kNode;
+    c.observe(s);
+    auto done = c.expire(5002 * kMs);
+    const QueryTrace g = guestTrace(done);
+    EXPECT_EQ(g.verdict, Verdict::Unanswered);
+    // A connection the node opened before the guest asked says nothing about this query.
+    c.observe(syn(up, Hop::HostOut, 6000 * kMs, 778));
+    Q q2;
+    q2.id = 7;
+    for (Hop h : kToCache) c.observe(toCache(q2, h, 6001 * kMs));
+    done = c.expire(11002 * kMs);
+    EXPECT_EQ(guestTrace(done).verdict, Verdict::NodeLocalCacheDown);
+  }
+}
+
+TEST(Correlator, NodeLocalUnansweredIsNeverServiceTranslationMissing) {
+  // A drop at the host veth with the destination unchanged would read as "left untranslated" for
+  // a ClusterIP; for the cache's address no translation was due.
+  Correlator c = cacheEngine();
+  Q q, up;
+  up.id = 55;
+  for (Hop h : kToCache) c.observe(toCache(q, h, kMs));
+  auto drop = toCache(q, Hop::HostVeth, 2 * kMs);
+  drop.drop = true;
+  drop.drop_reason = "NETFILTER_DROP";
+  c.observe(drop);
+  c.observe(upstream(up, Hop::HostOut, 3 * kMs));  // (another guest's miss of the same name)
+  auto done = c.expire(5002 * kMs);
+  EXPECT_EQ(guestTrace(done).verdict, Verdict::Unanswered);
+}
+
 TEST(Correlator, Names) {
   EXPECT_EQ(verdictName(Verdict::NotFound), "not_found");
   EXPECT_EQ(verdictName(Verdict::Refused), "refused");
@@ -695,7 +898,8 @@ TEST(Correlator, Names) {
   EXPECT_EQ(verdictName(Verdict::ConnectionRefused), "connection_refused");
   EXPECT_EQ(verdictName(Verdict::SlowFailover), "slow_failover");
   EXPECT_EQ(verdictName(Verdict::TruncatedTcpFailed), "truncated_tcp_failed");
-  EXPECT_EQ(finishedVerdicts().size(), 10u);
+  EXPECT_EQ(verdictName(Verdict::NodeLocalCacheDown), "node_local_cache_down");
+  EXPECT_EQ(finishedVerdicts().size(), 11u);
   EXPECT_EQ(hopName(Hop::HostVeth), "host-veth");
   EXPECT_EQ(hopFromNumber(3), Hop::Unknown);
   EXPECT_EQ(hopFromNumber(6), Hop::HostOut);

@@ -47,6 +47,18 @@ std::vector<NetnsView> twoVmNode() {
   return {host, vm1, vm2, dns};
 }
 
+TEST(NodeLocalAddresses, TheCachesDummyLinkWithALinkLocalAddress) {
+  LinkInfo cache = link(20, "nodelocaldns", "dummy");
+  cache.addresses = {"169.254.20.10", "10.96.0.10"};  // iptables mode binds the ClusterIP too
+  LinkInfo ipvs = link(21, "kube-ipvs0", "dummy");
+  ipvs.addresses = {"10.96.0.1", "10.96.0.10"};  // ClusterIPs alone: not a cache
+  LinkInfo uplink = link(2, "ens3", "");
+  uplink.addresses = {"169.254.0.2", "192.168.1.5"};  // link-local, but not a dummy
+  auto a = nodeLocalAddresses({link(1, "lo", ""), uplink, ipvs, cache});
+  EXPECT_EQ(a, (std::set<std::string>{"10.96.0.10", "169.254.20.10"}));
+  EXPECT_TRUE(nodeLocalAddresses({uplink, ipvs}).empty());
+}
+
 TEST(AssignHops, KubeVirtLayout) {
   auto d = assignHops(twoVmNode());
   const HopDevice* tap = find(d, Hop::Tap, "ns1/vm1");

@@ -155,6 +155,18 @@ TEST(DnsPathEval, TracerVerdictsDecide) {
   EXPECT_EQ(r.status, Status::Fail);
   EXPECT_EQ(r.reason, "ServiceTranslationMissing");
   EXPECT_NE(r.message.find("ns/d"), std::string::npos);
+
+  // The node-local cache down is the cause to name first: every guest pointed at it fails.
+  in.tracer = summaryWith(
+      {{"ns/d", GuestDnsState::ServiceTranslationMissing, "last seen at host-out", 0, 2},
+       {"ns/e", GuestDnsState::NodeLocalCacheDown,
+        "x.example A: node-local DNS cache 169.254.20.10 is not serving", 0, 2}});
+  r = evaluateDnsPath(in);
+  EXPECT_EQ(r.status, Status::Fail);
+  EXPECT_EQ(r.reason, "NodeLocalCacheDown");
+  EXPECT_NE(r.message.find("ns/e: x.example A: node-local DNS cache 169.254.20.10"),
+            std::string::npos);
+  EXPECT_NE(r.hint.find("node-local-dns"), std::string::npos);
 }
 
 TEST(DnsPathEval, TracerWithoutTraffic) {

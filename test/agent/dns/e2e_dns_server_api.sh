@@ -16,38 +16,8 @@ SRC=${NODEGATE_SRC:-$(cd "$(dirname "$0")/../../.." && pwd)}
 source "$SRC/test/agent/dns/topology.sh"
 topo_require ip nft dig dnsmasq curl python3 kubectl
 topo_healthy
-NODE=ngdns-node$ID
 
-# --- the fake API server, seeded with kubectl --------------------------------------------------
-start_api() {  # name: a fake API server of its own, with NODE; sets KUBECONFIG_<name>
-  local dir=$TMP/api-$1
-  mkdir -p $dir
-  python3 "$SRC/test/fakeapi/fake_apiserver.py" --tls-dir $dir/tls --port-file $dir/port \
-    --port-range 19720-19729 --token t0k3n --node $NODE > $dir/server.log 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 100); do [ -s $dir/port ] && break; sleep 0.05; done
-  [ -s $dir/port ] || { echo "FAIL: fake API server did not start"; cat $dir/server.log; exit 1; }
-  cat > $dir/kubeconfig <<YAML
-apiVersion: v1
-kind: Config
-current-context: fake
-clusters:
-- name: fake
-  cluster:
-    server: https://127.0.0.1:$(cat $dir/port)
-    certificate-authority: $dir/tls/ca.crt
-contexts:
-- name: fake
-  context:
-    cluster: fake
-    user: agent
-users:
-- name: agent
-  user:
-    token: t0k3n
-YAML
-  printf -v "KUBECONFIG_$1" '%s' "$dir/kubeconfig"
-}
+# --- the fake API server (topology.sh's start_api), seeded with kubectl ---------------------
 endpoint_slice() {  # kubeconfig address: the kube-dns Service's slice with one endpoint on NODE
   kubectl --kubeconfig "$1" apply --validate=false -f - >/dev/null <<YAML
 apiVersion: discovery.k8s.io/v1

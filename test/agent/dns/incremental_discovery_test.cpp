@@ -130,6 +130,33 @@ TEST_F(Incremental, TheFirstPassIsFullAndListsEveryNetnsOnce) {
   EXPECT_TRUE(r.errors.empty()) << r.errors.front();
 }
 
+// The node-local cache's link in the host netns: its addresses are the cache's, and a host link
+// event brings a change of them (the cache setting its link up) without a full pass; a
+// launcher's own addresses are never the host's.
+TEST_F(Incremental, TheCachesDummyLinkNamesItsAddressesAndTheHostsAddressesExcludeLaunchers) {
+  nl_->links[netnsOf(1)][1].addresses = {"10.244.1.7"};  // vm1's eth0
+  auto r = pass({});
+  EXPECT_TRUE(r.node_local.empty());
+  EXPECT_FALSE(r.host_addresses.count("169.254.20.10"));
+  LinkInfo cache = link(50, "nodelocaldns", "dummy");
+  cache.addresses = {"169.254.20.10", "10.96.0.10"};
+  host_links_.push_back(cache);
+  nl_->links[host_ns_] = host_links_;
+  DiscoveryWork w;
+  w.netns.insert(hostIno());
+  r = pass(w);
+  EXPECT_EQ(disc_->fullPasses(), 1u);
+  EXPECT_EQ(r.node_local, (std::set<std::string>{"10.96.0.10", "169.254.20.10"}));
+  EXPECT_TRUE(r.host_addresses.count("169.254.20.10"));
+  EXPECT_FALSE(r.host_addresses.count("10.244.1.7"));
+  // The cache torn down: its link and addresses go with the next relist.
+  host_links_.pop_back();
+  nl_->links[host_ns_] = host_links_;
+  r = pass(w);
+  EXPECT_TRUE(r.node_local.empty());
+  EXPECT_FALSE(r.host_addresses.count("169.254.20.10"));
+}
+
 TEST_F(Incremental, AnExecOfOneLauncherListsExactlyOneNetns) {
   pass(DiscoveryWork::everything());
   // The CNI's veth first: the host netns's link watch fires, the host netns alone is listed.

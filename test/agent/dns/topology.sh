@@ -218,15 +218,16 @@ stop_launcher() {
   stop_pid "$pid"
 }
 
-# start_tracing_agent: the agent with its tracer on the replica (--kube none; the host and server
-# netns as --dns-netns, the launcher netns found by its virt-launcher process), queries unanswered
-# after QUERY_TIMEOUT seconds; AGENT is its pid, its log $TMP/agent.log.
+# start_tracing_agent: the agent with its tracer on the replica (AGENT_KUBE, default --kube none;
+# the host and server netns as --dns-netns, the launcher netns found by its virt-launcher
+# process), queries unanswered after QUERY_TIMEOUT seconds; AGENT is its pid, its log
+# $TMP/agent.log.
 QUERY_TIMEOUT=${QUERY_TIMEOUT:-1.5}
 start_tracing_agent() {
   cat > $TMP/config.json <<JSON
 {"checks": {"dns-path": {"query_timeout_seconds": $QUERY_TIMEOUT, "rescan_seconds": 0.5, "window_seconds": 300}}}
 JSON
-  "$NODEGATE" agent --kube none --listen 127.0.0.1:$PORT_METRICS --debug-listen 127.0.0.1:$PORT_DEBUG \
+  "$NODEGATE" agent ${AGENT_KUBE:---kube none} --listen 127.0.0.1:$PORT_METRICS --debug-listen 127.0.0.1:$PORT_DEBUG \
     --dns-trace on --dns-netns /run/netns/$H --dns-netns /run/netns/$D --config $TMP/config.json \
     --resync 30 --log-level info > $TMP/agent.log 2>&1 &
   AGENT=$!
@@ -252,6 +253,40 @@ topo_healthy() {
   service_nat healthy
   start_dnsmasq "$@"
   start_launcher
+}
+
+# start_api NAME: a fake API server of its own (test/fakeapi) with the node $NODE, on a port of
+# API_PORTS; sets KUBECONFIG_<NAME> to a kubeconfig for it (kubectl and the agent take it).
+NODE=ngdns-node$ID
+API_PORTS=${API_PORTS:-19720-19729}
+start_api() {
+  local dir=$TMP/api-$1
+  mkdir -p $dir
+  python3 "$SRC/test/fakeapi/fake_apiserver.py" --tls-dir $dir/tls --port-file $dir/port \
+    --port-range $API_PORTS --token t0k3n --node $NODE > $dir/server.log 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 100); do [ -s $dir/port ] && break; sleep 0.05; done
+  [ -s $dir/port ] || { echo "FAIL: fake API server did not start"; cat $dir/server.log; exit 1; }
+  cat > $dir/kubeconfig <<YAML
+apiVersion: v1
+kind: Config
+current-context: fake
+clusters:
+- name: fake
+  cluster:
+    server: https://127.0.0.1:$(cat $dir/port)
+    certificate-authority: $dir/tls/ca.crt
+contexts:
+- name: fake
+  context:
+    cluster: fake
+    user: agent
+users:
+- name: agent
+  user:
+    token: t0k3n
+YAML
+  printf -v "KUBECONFIG_$1" '%s' "$dir/kubeconfig"
 }
 
 # api PATH: GET from the agent's debug listener ($API).

@@ -193,6 +193,41 @@ TEST(TraceJson, FailureVerdictsCarryTheirEvidenceAndAHint) {
             std::string::npos)
       << traceLine(j);
 
+  // The node-local cache: the evidence that nothing serves it, each in its own words.
+  QueryTrace down = lost();
+  down.original_daddr = "169.254.20.10";
+  down.node_local = true;
+  down.verdict = Verdict::NodeLocalCacheDown;
+  down.drop_reason = "NO_SOCKET";
+  j = traceJson(down, {});
+  EXPECT_EQ(j["result"], "node_local_cache_down");
+  EXPECT_TRUE(j["node_local"].get<bool>());
+  EXPECT_TRUE(j["cache_upstream"].is_null());
+  EXPECT_EQ(j["detail"],
+            "node-local DNS cache 169.254.20.10 is not serving: no socket on port 53 (kernel drop "
+            "NO_SOCKET at host-veth)");
+  EXPECT_NE(j["hint"].get<std::string>().find("node-local-dns DaemonSet pod on this node"),
+            std::string::npos);
+  EXPECT_NE(traceLine(j).find("NODE-LOCAL CACHE DOWN: node-local DNS cache 169.254.20.10"),
+            std::string::npos)
+      << traceLine(j);
+  down.drop_reason.clear();
+  EXPECT_EQ(verdictDetail(down),
+            "node-local DNS cache 169.254.20.10 is not serving: no answer and no query upstream, "
+            "last seen at host-veth");
+  // Alive, its upstream silent: unanswered, and the hint names the upstream.
+  QueryTrace silent = down;
+  silent.verdict = Verdict::Unanswered;
+  silent.upstream_seen = true;
+  silent.upstream_server = "10.244.0.3";
+  j = traceJson(silent, {});
+  EXPECT_EQ(j["cache_upstream"], "10.244.0.3");
+  EXPECT_NE(j["detail"].get<std::string>().find("the node-local cache asked 10.244.0.3 upstream"),
+            std::string::npos)
+      << j["detail"];
+  EXPECT_NE(j["hint"].get<std::string>().find("upstream of the node-local cache"),
+            std::string::npos);
+
   for (Verdict v : finishedVerdicts()) {
     QueryTrace t = v == Verdict::Answered ? answered() : lost();
     t.verdict = v;

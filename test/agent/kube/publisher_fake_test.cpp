@@ -846,16 +846,48 @@ TEST_F(ClusterDns, CorefileAndExternalClusterIpAreEvidence) {
   EXPECT_NE(evidence(r).find("rbac.readCoreDNSConfig"), std::string::npos) << evidence(r);
 }
 
+// NodeLocal DNSCache's ConfigMap names the cache's address for the DNS tracer; without it (404) or
+// without the grant (403) the address is not known from the API, which is evidence, not an error.
+TEST_F(ClusterDns, NodeLocalCacheAddressesFromItsConfigMap) {
+  auto pub = startReading();
+  ASSERT_TRUE(eventually([&] {
+    auto f = board_->facts();
+    return f && f->nodelocal_read == ApiRead::NotFound;
+  })) << trace();
+  EXPECT_EQ(board_->facts()->nodelocal_detail,
+            "no node-local DNS cache: configmap kube-system/node-local-dns does not exist");
+  createConfigMap(fixtureJson("node-local-dns-configmap.json"));
+  ASSERT_TRUE(eventually([&] { return board_->facts()->nodelocal_read == ApiRead::Ok; }, 5s))
+      << trace();
+  EXPECT_EQ(board_->facts()->nodelocal_addresses, std::vector<std::string>{"169.254.20.10"});
+  auto r = probe();
+  EXPECT_NE(evidence(r).find("node-local-dns: cache on 169.254.20.10 (read from configmap "
+                             "kube-system/node-local-dns)"),
+            std::string::npos)
+      << evidence(r);
+  api_->fault({{"path_re", "/configmaps/node-local-dns$"}, {"status", 403}, {"count", -1}});
+  ASSERT_TRUE(eventually([&] { return board_->facts()->nodelocal_read == ApiRead::Forbidden; }, 5s))
+      << trace();
+  EXPECT_TRUE(board_->facts()->nodelocal_addresses.empty());
+  r = probe();
+  EXPECT_EQ(r.reason, "TracerNotRunning");
+  EXPECT_NE(evidence(r).find("rbac.readNodeLocalDNSConfig"), std::string::npos) << evidence(r);
+}
+
 TEST_F(ClusterDns, NoCorefileReadWhenItsConfigMapIsUnset) {
   ClusterDnsOptions o;
   o.refresh = 1s;
   o.startup_jitter_s = 0;
   o.corefile_configmap = "";
+  o.nodelocal_configmap = "";
   long since = api_->lastSeq();
   auto pub = std::make_unique<ClusterDnsSource>(connection(), o, board_);
   ASSERT_TRUE(eventually([&] { return read(ApiRead::NotFound); })) << trace();
-  for (const auto& q : api_->requests(since))
+  for (const auto& q : api_->requests(since)) {
     EXPECT_EQ(q["path"].get<std::string>().find("/configmaps/coredns"), std::string::npos);
+    EXPECT_EQ(q["path"].get<std::string>().find("/configmaps/node-local-dns"), std::string::npos);
+  }
+  EXPECT_EQ(board_->facts()->nodelocal_detail, "");
   EXPECT_EQ(board_->facts()->corefile_detail, "");
   EXPECT_EQ(evidence(probe()).find("coredns Corefile"), std::string::npos);
 }
