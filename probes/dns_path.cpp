@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 
+#include <cstdio>
+
 #include "processes.h"
 #include "text.h"
 
@@ -9,6 +11,30 @@ namespace nodegate {
 
 std::optional<DnsPathSummary> DnsVerdictBoard::summary() const {
   return board_.get();
+}
+
+std::string_view guestDnsReason(GuestDnsState s) {
+  switch (s) {
+    case GuestDnsState::Ok:
+      return "Ok";
+    case GuestDnsState::SlowFailover:
+      return "SlowFailover";
+    case GuestDnsState::TruncatedTcpFailed:
+      return "TruncatedTcpFailed";
+    case GuestDnsState::Refused:
+      return "Refused";
+    case GuestDnsState::ServerError:
+      return "ServerError";
+    case GuestDnsState::ClusterNameNotFound:
+      return "ClusterNameNotFound";
+    case GuestDnsState::Unreachable:
+      return "Unreachable";
+    case GuestDnsState::NoResponse:
+      return "NoResponse";
+    case GuestDnsState::ServiceTranslationMissing:
+      return "ServiceTranslationMissing";
+  }
+  return "Unknown";
 }
 
 namespace {
@@ -38,6 +64,90 @@ CheckResult predicted(std::size_t guests) {
                     kSocketLbHint);
 }
 
+std::string seconds(std::uint64_t ns) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", static_cast<double>(ns) / 1e9);
+  return buf;
+}
+
+// One guest's state as the evidence shows it: the reason, the newest query in that state and, for
+// slow failover, what the silent nameserver cost.
+std::string guestEvidence(const GuestDnsStatus& vm) {
+  std::string s = std::string(guestDnsReason(vm.state)) + ": " + vm.detail;
+  if (vm.state == GuestDnsState::SlowFailover)
+    s += "; nameserver " + vm.server + " did not answer " + std::to_string(vm.failovers) +
+         (vm.failovers == 1 ? " lookup" : " lookups") + ", " + seconds(vm.failover_lost_ns) +
+         " lost waiting for it";
+  return s;
+}
+
+// The check's result for the worst guest's state (not Ok); `failing`: guests not Ok.
+CheckResult judged(const GuestDnsStatus& vm, std::size_t failing, bool predicts) {
+  const std::string who = " (" + vm.vmi + ": " + vm.detail +
+                          (failing > 1 ? "; " + std::to_string(failing) + " guests not Ok" : "") +
+                          ")";
+  const std::string trace = "`nodegate dns trace --vmi " + vm.vmi + "`";
+  const std::string reason(guestDnsReason(vm.state));
+  switch (vm.state) {
+    case GuestDnsState::ServiceTranslationMissing:
+      return makeResult(kDnsPathCheck, Status::Fail, reason,
+                        "guest DNS queries leave the host with the service IP untranslated" + who,
+                        predicts ? kSocketLbHint
+                                 : "the CNI does not translate the DNS ClusterIP for traffic "
+                                   "forwarded from pods (Cilium: socketLB.hostNamespaceOnly=true; "
+                                   "kube-proxy: check its PREROUTING rules); `nodegate dns trace` "
+                                   "shows the hops");
+    case GuestDnsState::NoResponse:
+      return makeResult(kDnsPathCheck, Status::Fail, reason,
+                        "guest DNS queries go unanswered" + who,
+                        trace +
+                            " shows the last hop each query reached and the kernel's drop "
+                            "reason");
+    case GuestDnsState::Unreachable:
+      return makeResult(
+          kDnsPathCheck, Status::Fail, reason,
+          "the DNS server side refuses guest queries with ICMP unreachable or a TCP reset" + who,
+          "nothing listens on port 53 at " + (vm.server.empty() ? "the server" : vm.server) +
+              ", or a firewall rejects DNS (`reject`); " + trace +
+              " shows where the ICMP error or reset came from");
+    case GuestDnsState::ClusterNameNotFound:
+      return makeResult(
+          kDnsPathCheck, Status::Fail, reason,
+          "a name of the cluster's zones does not exist for a guest (NXDOMAIN/NODATA)" + who,
+          "the guest asked a server that cannot see the cluster's zones (its nameservers are not "
+          "the cluster DNS: the VMI's dnsPolicy/dnsConfig), or that server forwards to one that "
+          "cannot; if the guest did ask the cluster DNS, check that the Service exists");
+    case GuestDnsState::ServerError:
+      return makeResult(kDnsPathCheck, Status::Warn, reason,
+                        "the DNS server answers guests with errors" + who,
+                        "check the DNS server's (CoreDNS) logs and its upstream resolvers (the "
+                        "Corefile's forward target)");
+    case GuestDnsState::Refused:
+      return makeResult(kDnsPathCheck, Status::Warn, reason,
+                        "the DNS server refuses guest queries (REFUSED)" + who,
+                        "DNS server policy: an ACL, no recursion for the guest's address, or a "
+                        "zone it does not serve; check the server the guest asked (" +
+                            (vm.server.empty() ? std::string("see the trace") : vm.server) + ")");
+    case GuestDnsState::TruncatedTcpFailed:
+      return makeResult(kDnsPathCheck, Status::Warn, reason,
+                        "answers too big for UDP do not reach guests over TCP" + who,
+                        "allow DNS over TCP (port 53/tcp) on the path: a NetworkPolicy or "
+                        "firewall passes only UDP; " +
+                            trace + " shows how the TCP retry ended");
+    case GuestDnsState::SlowFailover:
+      return makeResult(
+          kDnsPathCheck, Status::Warn, reason,
+          "guest lookups wait for a silent nameserver before the next one answers" + who,
+          "the VM's first nameserver " + vm.server +
+              " does not answer: fix it or remove it from the VM's DNS "
+              "configuration (dnsPolicy: None with explicit nameservers, options "
+              "timeout:1 attempts:2)");
+    case GuestDnsState::Ok:
+      break;
+  }
+  return makeResult(kDnsPathCheck, Status::Pass, "Ok", "guest DNS answered");
+}
+
 // Without cilium-config nothing says whether guests' DNS will be translated: not a pass.
 CheckResult ciliumForbidden() {
   return makeResult(kDnsPathCheck, Status::Unknown, "CiliumConfigForbidden",
@@ -56,29 +166,15 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
     const DnsPathSummary& s = *in.tracer;
     const GuestDnsStatus* worst = nullptr;
     std::uint64_t answered = 0;
+    std::size_t failing = 0;
     for (const auto& vm : s.vms) {
       answered += vm.answered;
-      if (vm.state != GuestDnsState::Ok && (!worst || vm.state > worst->state)) worst = &vm;
+      if (vm.state == GuestDnsState::Ok) continue;
+      ++failing;
+      if (!worst || vm.state > worst->state) worst = &vm;
     }
-    if (worst && worst->state == GuestDnsState::ServiceTranslationMissing) {
-      r = makeResult(kDnsPathCheck, Status::Fail, "ServiceTranslationMissing",
-                     "guest DNS queries leave the host with the service IP untranslated (" +
-                         worst->vmi + ": " + worst->detail + ")",
-                     predicts
-                         ? kSocketLbHint
-                         : "the CNI does not translate the DNS ClusterIP for traffic forwarded "
-                           "from pods (Cilium: socketLB.hostNamespaceOnly=true; kube-proxy: "
-                           "check its PREROUTING rules); `nodegate dns trace` shows the hops");
-    } else if (worst && worst->state == GuestDnsState::NoResponse) {
-      r = makeResult(kDnsPathCheck, Status::Fail, "NoResponse",
-                     "guest DNS queries go unanswered (" + worst->vmi + ": " + worst->detail + ")",
-                     "`nodegate dns trace --vmi " + worst->vmi +
-                         "` shows the last hop each query reached and the kernel's drop reason");
-    } else if (worst && worst->state == GuestDnsState::ServerError) {
-      r = makeResult(
-          kDnsPathCheck, Status::Warn, "ServerError",
-          "the DNS server answers guests with errors (" + worst->vmi + ": " + worst->detail + ")",
-          "check the DNS server's (CoreDNS) logs and its upstream resolvers");
+    if (worst) {
+      r = judged(*worst, failing, predicts);
     } else if (answered > 0) {
       r = makeResult(kDnsPathCheck, Status::Pass, "Ok",
                      "guest DNS answered end to end (" + std::to_string(answered) +
@@ -101,7 +197,8 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
                                             std::to_string(s.queries_in_window) +
                                             " queries in the window"});
     for (const auto& vm : s.vms)
-      if (vm.state != GuestDnsState::Ok) r.evidence.push_back({"guest " + vm.vmi, vm.detail});
+      if (vm.state != GuestDnsState::Ok)
+        r.evidence.push_back({"guest " + vm.vmi, guestEvidence(vm)});
   } else if (predicts) {
     r = predicted(in.launchers);
   } else if (in.cilium_forbidden) {

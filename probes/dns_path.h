@@ -22,13 +22,31 @@ namespace nodegate {
 
 // --- the tracer's view, handed over through a seam -----------------------------------------
 
-enum class GuestDnsState { Ok, ServerError, NoResponse, ServiceTranslationMissing };
+// A guest's DNS as the tracer judges it over the window (agent/dns/accounting.h): the worst of
+// its queries since its last clean answer. Ordered worst last; each is the dns-path check's reason
+// of that name (guestDnsReason()): FAIL from ClusterNameNotFound up, WARN below it.
+enum class GuestDnsState {
+  Ok,
+  SlowFailover,               // answered, after the first nameserver stayed silent (WARN)
+  TruncatedTcpFailed,         // an answer too big for UDP, and DNS over TCP failed (WARN)
+  Refused,                    // REFUSED (WARN)
+  ServerError,                // SERVFAIL and other error rcodes (WARN)
+  ClusterNameNotFound,        // NXDOMAIN/NODATA for a name of the cluster's zones (FAIL)
+  Unreachable,                // ICMP unreachable or TCP RST: the server side not listening (FAIL)
+  NoResponse,                 // no answer before the timeout (FAIL)
+  ServiceTranslationMissing,  // left the host with the service IP untranslated (FAIL)
+};
+std::string_view guestDnsReason(GuestDnsState s);  // "SlowFailover": the check's reason
 
 struct GuestDnsStatus {
   std::string vmi;
   GuestDnsState state = GuestDnsState::Ok;
-  std::string detail;  // "example.com A: last seen at host-out, drop IP_INNOROUTES"
+  std::string detail;  // the newest query in that state: "example.com A: ICMP port-unreachable..."
   std::uint64_t answered = 0, failed = 0;  // in the window
+  // The server the state is about, as the guest addressed it (slow failover: the silent one), and
+  // for SlowFailover the lookups that waited for it since the last clean answer and the time lost.
+  std::string server;
+  std::uint64_t failovers = 0, failover_lost_ns = 0;
 };
 
 struct DnsPathSummary {
@@ -121,6 +139,11 @@ inline const SettingSpec kDnsPathDnsServiceSetting = textSetting(
 inline const SettingSpec kDnsPathCorefileConfigMapSetting = textSetting(
     kDnsPathCheck, "coredns_configmap", "coredns",
     "ConfigMap (in dns_service_namespace) with CoreDNS's Corefile; \"\": not read", {}, 253);
+inline const SettingSpec kDnsPathClusterDomainSetting = textSetting(
+    kDnsPathCheck, "cluster_domain", "cluster.local",
+    "the cluster's DNS domain (kubelet clusterDomain): NXDOMAIN/NODATA for a name under it, or "
+    "under a zone of the Corefile's kubernetes plugin, fails the check (ClusterNameNotFound)",
+    {}, 253);
 inline const SettingSpec kDnsPathServerProcessesSetting =
     listSetting(kDnsPathCheck, "server_processes", {"coredns"},
                 "process names (comm) of the DNS servers the Service points at", {}, 32);
@@ -146,8 +169,9 @@ inline const ProbeSpec kDnsPathSpec{
     .settings = {&kDnsPathCiliumFileSetting, &kDnsPathCiliumNamespaceSetting,
                  &kDnsPathCiliumConfigMapSetting, &kDnsPathDnsNamespaceSetting,
                  &kDnsPathCorefileConfigMapSetting, &kDnsPathDnsServiceSetting,
-                 &kDnsPathServerProcessesSetting, &kDnsPathQueryTimeoutSetting,
-                 &kDnsPathWindowSetting, &kDnsPathRescanSetting, &kDnsPathRescanWithEventsSetting},
+                 &kDnsPathClusterDomainSetting, &kDnsPathServerProcessesSetting,
+                 &kDnsPathQueryTimeoutSetting, &kDnsPathWindowSetting, &kDnsPathRescanSetting,
+                 &kDnsPathRescanWithEventsSetting},
 };
 
 class DnsPathProbe final : public Probe {

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -59,6 +60,24 @@ Observation observationOf(const ng_dns_event& ev, const DnsTracer& tracer) {
   if (o.drop) o.drop_reason = tracer.dropReasonName(ev.drop_reason);
   o.hop = hopFromNumber(ev.hop);
   return o;
+}
+
+// The zones whose names only the cluster's DNS answers: the configured domain and the forward
+// zones the Corefile's kubernetes plugin serves (its reverse zones hold no names a guest looks
+// up by mistake, and "." would make every name the cluster's).
+std::vector<std::string> clusterDomains(const std::string& configured,
+                                        const std::optional<ClusterDnsFacts>& facts) {
+  std::vector<std::string> out;
+  if (!configured.empty()) out.push_back(configured);
+  if (!facts || facts->corefile_read != ApiRead::Ok) return out;
+  for (const auto& server : facts->corefile.servers)
+    for (std::string z : server.kubernetes_zones) {
+      while (!z.empty() && z.back() == '.') z.pop_back();
+      const bool arpa = z == "arpa" || (z.size() > 5 && z.compare(z.size() - 5, 5, ".arpa") == 0);
+      if (!z.empty() && !arpa && std::find(out.begin(), out.end(), z) == out.end())
+        out.push_back(z);
+    }
+  return out;
 }
 
 }  // namespace
@@ -273,11 +292,13 @@ void DnsService::Impl::rescan(const DiscoveryWork& work) {
   {
     std::lock_guard lock(engine_mu);
     engine.setBeyondHostTraced(attachments.beyondHostTraced());
-    if (auto f = cfg.cluster ? cfg.cluster->facts() : std::nullopt) {
+    const auto f = cfg.cluster ? cfg.cluster->facts() : std::nullopt;
+    if (f) {
       std::set<std::string> servers;
       for (const auto& e : f->dns_endpoints) servers.insert(e.address);
       engine.setServerAddresses(std::move(servers));
     }
+    engine.setClusterDomains(clusterDomains(cfg.cluster_domain, f));
   }
   accounting.hopsAttached(attachments.size());
   if (found.errors != discovery_errors) {
@@ -458,6 +479,7 @@ DnsServiceConfig serviceConfig(const AgentServices& s) {
   DnsServiceConfig cfg;
   cfg.extra_netns = s.options.dns_netns;
   cfg.node_name = s.options.node_name;
+  cfg.cluster_domain = s.config.text(kDnsPathClusterDomainSetting);
   // CoreDNS by default; other servers the Service points at (a renamed build) by their comm.
   cfg.server_processes.clear();
   for (auto& name : s.config.list(kDnsPathServerProcessesSetting))

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <utility>
+
 #include "cilium_config.h"
 #include "nodegate/host_root.h"
 #include "processes.h"
@@ -86,6 +89,17 @@ TEST(Cilium, BadInputIsAClearError) {
   }
 }
 
+GuestDnsStatus guest(std::string vmi, GuestDnsState state, std::string detail,
+                     std::uint64_t answered, std::uint64_t failed) {
+  GuestDnsStatus g;
+  g.vmi = std::move(vmi);
+  g.state = state;
+  g.detail = std::move(detail);
+  g.answered = answered;
+  g.failed = failed;
+  return g;
+}
+
 DnsPathSummary summaryWith(std::vector<GuestDnsStatus> vms, std::size_t guests = 1) {
   DnsPathSummary s;
   s.guests = guests;
@@ -130,31 +144,107 @@ TEST(DnsPathEval, StaticPredictionWithoutTracer) {
 
 TEST(DnsPathEval, TracerVerdictsDecide) {
   DnsPathInputs in;
-  in.tracer = summaryWith({{"ns/a", GuestDnsState::Ok, "", 10, 0}});
+  in.tracer = summaryWith({guest("ns/a", GuestDnsState::Ok, "", 10, 0)});
   EXPECT_EQ(evaluateDnsPath(in).reason, "Ok");
   EXPECT_EQ(evaluateDnsPath(in).status, Status::Pass);
 
-  in.tracer = summaryWith({{"ns/a", GuestDnsState::Ok, "", 10, 0},
-                           {"ns/b", GuestDnsState::ServerError, "x.example A: SERVFAIL", 0, 3}});
+  in.tracer =
+      summaryWith({guest("ns/a", GuestDnsState::Ok, "", 10, 0),
+                   guest("ns/b", GuestDnsState::ServerError, "x.example A: SERVFAIL", 0, 3)});
   auto r = evaluateDnsPath(in);
   EXPECT_EQ(r.status, Status::Warn);
   EXPECT_EQ(r.reason, "ServerError");
   EXPECT_NE(r.message.find("ns/b"), std::string::npos);
 
-  in.tracer = summaryWith({{"ns/b", GuestDnsState::ServerError, "SERVFAIL", 0, 3},
-                           {"ns/c", GuestDnsState::NoResponse, "last seen at server", 0, 2}});
+  in.tracer = summaryWith({guest("ns/b", GuestDnsState::ServerError, "SERVFAIL", 0, 3),
+                           guest("ns/c", GuestDnsState::NoResponse, "last seen at server", 0, 2)});
   r = evaluateDnsPath(in);
   EXPECT_EQ(r.status, Status::Fail);
   EXPECT_EQ(r.reason, "NoResponse");
   EXPECT_NE(r.hint.find("nodegate dns trace --vmi ns/c"), std::string::npos);
 
   in.tracer = summaryWith(
-      {{"ns/c", GuestDnsState::NoResponse, "", 0, 2},
-       {"ns/d", GuestDnsState::ServiceTranslationMissing, "last seen at host-out", 0, 2}});
+      {guest("ns/c", GuestDnsState::NoResponse, "", 0, 2),
+       guest("ns/d", GuestDnsState::ServiceTranslationMissing, "last seen at host-out", 0, 2)});
   r = evaluateDnsPath(in);
   EXPECT_EQ(r.status, Status::Fail);
   EXPECT_EQ(r.reason, "ServiceTranslationMissing");
   EXPECT_NE(r.message.find("ns/d"), std::string::npos);
+}
+
+// Each state of a guest is a reason of its own with its status, its layer's hint and the guest's
+// evidence; the worst guest decides.
+TEST(DnsPathEval, EveryGuestStateHasItsReasonStatusAndHint) {
+  const std::pair<GuestDnsState, Status> cases[] = {
+      {GuestDnsState::SlowFailover, Status::Warn},
+      {GuestDnsState::TruncatedTcpFailed, Status::Warn},
+      {GuestDnsState::Refused, Status::Warn},
+      {GuestDnsState::ServerError, Status::Warn},
+      {GuestDnsState::ClusterNameNotFound, Status::Fail},
+      {GuestDnsState::Unreachable, Status::Fail},
+      {GuestDnsState::NoResponse, Status::Fail},
+      {GuestDnsState::ServiceTranslationMissing, Status::Fail}};
+  std::set<std::string> reasons;
+  for (const auto& [state, status] : cases) {
+    DnsPathInputs in;
+    GuestDnsStatus vm = guest("ns/x", state, "q.example A: what happened", 1, 2);
+    vm.server = "10.96.0.99";
+    in.tracer = summaryWith({guest("ns/a", GuestDnsState::Ok, "", 10, 0), vm});
+    auto r = evaluateDnsPath(in);
+    const std::string reason(guestDnsReason(state));
+    EXPECT_EQ(r.status, status) << reason;
+    EXPECT_EQ(r.reason, reason);
+    EXPECT_NE(r.message.find("ns/x: q.example A: what happened"), std::string::npos) << r.message;
+    EXPECT_FALSE(r.hint.empty()) << reason;
+    bool saw = false;
+    for (const auto& e : r.evidence)
+      saw |= e.source == "guest ns/x" && e.observed.rfind(reason + ": q.example A:", 0) == 0;
+    EXPECT_TRUE(saw) << reason;
+    reasons.insert(reason);
+  }
+  EXPECT_EQ(reasons.size(), std::size(cases));  // names of their own
+  EXPECT_EQ(guestDnsReason(GuestDnsState::Ok), "Ok");
+}
+
+TEST(DnsPathEval, TheWorstGuestDecidesAndEveryFailingGuestIsEvidence) {
+  DnsPathInputs in;
+  GuestDnsStatus slow =
+      guest("ns/slow", GuestDnsState::SlowFailover,
+            "www.example.test A: answered by 10.96.0.10 after 10.96.0.99 did not answer "
+            "for 1.00 s",
+            3, 0);
+  slow.server = "10.96.0.99";
+  slow.failovers = 3;
+  slow.failover_lost_ns = 4'500'000'000;
+  in.tracer = summaryWith({slow});
+  auto r = evaluateDnsPath(in);
+  EXPECT_EQ(r.status, Status::Warn);
+  EXPECT_EQ(r.reason, "SlowFailover");
+  EXPECT_NE(r.hint.find("first nameserver 10.96.0.99"), std::string::npos) << r.hint;
+  bool saw = false;
+  for (const auto& e : r.evidence)
+    saw |= e.source == "guest ns/slow" &&
+           e.observed.find("nameserver 10.96.0.99 did not answer 3 lookups, 4.50 s lost") !=
+               std::string::npos;
+  EXPECT_TRUE(saw);
+
+  GuestDnsStatus unreach =
+      guest("ns/unreach", GuestDnsState::Unreachable,
+            "x.example A: ICMP port-unreachable from 10.244.0.3 at server", 0, 2);
+  unreach.server = "10.96.0.10";
+  GuestDnsStatus nx = guest("ns/nx", GuestDnsState::ClusterNameNotFound,
+                            "db.prod.svc.cluster.local A: NXDOMAIN from 8.8.8.8", 4, 1);
+  in.tracer = summaryWith({slow, nx, unreach});
+  r = evaluateDnsPath(in);
+  EXPECT_EQ(r.status, Status::Fail);
+  EXPECT_EQ(r.reason, "Unreachable");
+  EXPECT_NE(r.message.find("ns/unreach"), std::string::npos);
+  EXPECT_NE(r.message.find("3 guests not Ok"), std::string::npos) << r.message;
+  EXPECT_NE(r.hint.find("nothing listens on port 53 at 10.96.0.10"), std::string::npos);
+  std::set<std::string> guests;
+  for (const auto& e : r.evidence)
+    if (e.source.rfind("guest ", 0) == 0) guests.insert(e.source);
+  EXPECT_EQ(guests, (std::set<std::string>{"guest ns/slow", "guest ns/nx", "guest ns/unreach"}));
 }
 
 TEST(DnsPathEval, TracerWithoutTraffic) {
@@ -168,7 +258,7 @@ TEST(DnsPathEval, TracerWithoutTraffic) {
   in.cilium = *parseCiliumConfig(fixture("cilium-config-incident.json"));
   EXPECT_EQ(evaluateDnsPath(in).reason, "ServiceTranslationMissing");
   // Answered queries outweigh the prediction (a NodeLocal DNS cache can avoid the ClusterIP).
-  in.tracer = summaryWith({{"ns/a", GuestDnsState::Ok, "", 4, 0}});
+  in.tracer = summaryWith({guest("ns/a", GuestDnsState::Ok, "", 4, 0)});
   EXPECT_EQ(evaluateDnsPath(in).reason, "Ok");
 }
 
@@ -182,14 +272,14 @@ TEST(DnsPathProbe, ReadsTheBoardAndTheConfiguredFile) {
   ProbeContext ctx{host, cfg};
   auto r = probe.run(ctx);
   EXPECT_EQ(r.reason, "TracerNotRunning");  // one launcher in the fixture, no tracer
-  board->publish(summaryWith({{"team-a/vm-alpha", GuestDnsState::Ok, "", 3, 0}}));
+  board->publish(summaryWith({guest("team-a/vm-alpha", GuestDnsState::Ok, "", 3, 0)}));
   r = probe.run(ctx);
   EXPECT_EQ(r.status, Status::Pass);
   bool saw_cilium = false;
   for (const auto& e : r.evidence) saw_cilium |= e.source == "cilium-config";
   EXPECT_TRUE(saw_cilium);
   // With the tracer's summary the launchers are its discovery's count: procfs is not read.
-  auto s = summaryWith({{"team-a/vm-alpha", GuestDnsState::Ok, "", 3, 0}});
+  auto s = summaryWith({guest("team-a/vm-alpha", GuestDnsState::Ok, "", 3, 0)});
   s.launcher_processes = 7;
   board->publish(s);
   HostRoot no_proc("/nonexistent");
