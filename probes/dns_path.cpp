@@ -37,6 +37,22 @@ std::string_view guestDnsReason(GuestDnsState s) {
   return "Unknown";
 }
 
+std::string firstNameserver(const VmiDnsConfig& c, const std::vector<std::string>& service_ips,
+                            std::string* how) {
+  if (c.dns_policy == "None") {
+    *how = "dnsPolicy None, dnsConfig.nameservers[0]";
+    return c.nameservers.empty() ? "" : c.nameservers.front();
+  }
+  if (c.dns_policy == "Default") {
+    *how = "dnsPolicy Default: the node's resolv.conf, not known to nodegate";
+    return "";
+  }
+  *how = "dnsPolicy " + (c.dns_policy.empty() ? std::string("ClusterFirst") : c.dns_policy) +
+         ": the cluster DNS Service";
+  if (service_ips.empty()) *how += ", whose address was not read";
+  return service_ips.empty() ? "" : service_ips.front();
+}
+
 namespace {
 
 constexpr const char* kSocketLbHint =
@@ -148,6 +164,61 @@ CheckResult judged(const GuestDnsStatus& vm, std::size_t failing, bool predicts)
   return makeResult(kDnsPathCheck, Status::Pass, "Ok", "guest DNS answered");
 }
 
+// Each VMI on the node whose first nameserver the tracer has seen failing, named in the evidence
+// with the server and how it failed, and nodegate_dns_first_nameserver_failing per VMI (1: seen
+// failing, 0: not; no series where the first nameserver is unknown). Without a complete pod view
+// nothing is known, and said so.
+void predictions(const DnsPathInputs& in, const DnsPathSummary& s, CheckResult& r) {
+  const char* kSource = "vmi first nameservers";
+  if (!in.vmi_dns) {
+    r.evidence.push_back({kSource,
+                          "unknown: no pod view (no API connection, or kube.pod_watch "
+                          "false)"});
+    return;
+  }
+  if (!in.vmi_dns->complete) {
+    r.evidence.push_back(
+        {kSource, "unknown: the pods on this node are not known (" + in.vmi_dns->why + ")"});
+    return;
+  }
+  std::size_t predicted = 0, unknown = 0;
+  for (const auto& c : in.vmi_dns->vmis) {
+    std::string how;
+    const std::string first = firstNameserver(c, in.service_ips, &how);
+    if (first.empty()) {
+      ++unknown;
+      continue;
+    }
+    const auto* f = [&]() -> const DnsPathSummary::FailingServer* {
+      for (const auto& x : s.failing_servers)
+        if (x.server == first) return &x;
+      return nullptr;
+    }();
+    const auto slash = c.vmi.find('/');
+    MetricSample m;
+    m.name = "nodegate_dns_first_nameserver_failing";
+    m.help =
+        "1 when the DNS tracer has seen the VMI's first nameserver failing (lost, unreachable, "
+        "untranslated or silent before a failover), 0 when not";
+    m.labels = {{"namespace", slash == std::string::npos ? "" : c.vmi.substr(0, slash)},
+                {"vmi", slash == std::string::npos ? c.vmi : c.vmi.substr(slash + 1)}};
+    m.value = f ? 1 : 0;
+    r.metrics.push_back(std::move(m));
+    if (!f) continue;
+    ++predicted;
+    r.evidence.push_back({"predicted to fail " + c.vmi,
+                          "first nameserver " + first + " (" + how +
+                              ") seen failing: " + std::string(guestDnsReason(f->state)) + " (" +
+                              f->vmi + ": " + f->detail + ")"});
+  }
+  std::string summary = std::to_string(in.vmi_dns->vmis.size()) + " VMIs on this node, " +
+                        std::to_string(predicted) + " predicted to fail";
+  if (unknown)
+    summary += ", " + std::to_string(unknown) + " with an unknown first nameserver" +
+               (in.service_read ? "" : " (" + in.service_detail + ")");
+  r.evidence.push_back({kSource, summary});
+}
+
 // Without cilium-config nothing says whether guests' DNS will be translated: not a pass.
 CheckResult ciliumForbidden() {
   return makeResult(kDnsPathCheck, Status::Unknown, "CiliumConfigForbidden",
@@ -199,6 +270,7 @@ CheckResult evaluateDnsPath(const DnsPathInputs& in) {
     for (const auto& vm : s.vms)
       if (vm.state != GuestDnsState::Ok)
         r.evidence.push_back({"guest " + vm.vmi, guestEvidence(vm)});
+    predictions(in, s, r);
   } else if (predicts) {
     r = predicted(in.launchers);
   } else if (in.cilium_forbidden) {
@@ -256,6 +328,14 @@ CheckResult DnsPathProbe::run(const ProbeContext& ctx) {
         in.cilium_error = f->cilium_detail;
         break;
     }
+  }
+  if (vmi_dns_) in.vmi_dns = vmi_dns_->configs();
+  if (facts) {
+    in.service_read = facts->service_read == ApiRead::Ok;
+    in.service_ips = facts->service_ips;
+    in.service_detail = facts->service_detail;
+  } else {
+    in.service_detail = "the cluster's DNS facts not read yet, or no API connection";
   }
   if (facts) {
     if (facts->corefile_read == ApiRead::Ok)

@@ -351,8 +351,44 @@ Accounting::Summary Accounting::summarize(std::chrono::system_clock::time_point 
     s.vms.push_back(std::move(g));
     ++it;
   }
-  out.changed = states != last_states_;
+  s.failing_servers = failingServers();
+  std::map<std::string, GuestDnsState> failing;
+  for (const auto& f : s.failing_servers) failing[f.server] = f.state;
+  out.changed = states != last_states_ || failing != last_failing_;
   last_states_ = std::move(states);
+  last_failing_ = std::move(failing);
+  return out;
+}
+
+// Called with mu_ held, on windows trimmed to the present. A server is failing when a query to it
+// was lost, unreachable or untranslated, or it was the silent first server of a slow failover,
+// after its newest clean answer (by seq: the engine numbers every VM's queries in one sequence).
+std::vector<DnsPathSummary::FailingServer> Accounting::failingServers() const {
+  auto path_failure = [](GuestDnsState st) {
+    return st == GuestDnsState::ServiceTranslationMissing || st == GuestDnsState::NoResponse ||
+           st == GuestDnsState::Unreachable || st == GuestDnsState::SlowFailover;
+  };
+  std::unordered_map<std::string, std::uint64_t> clean;
+  for (const auto& [vmi, w] : per_vmi_)
+    for (const auto& e : w.entries)
+      if (e.verdict == Verdict::Answered && !e.server.empty())
+        clean[e.server] = std::max(clean[e.server], e.seq);
+  std::map<std::string, std::pair<const Entry*, const std::string*>> worst;
+  for (const auto& [vmi, w] : per_vmi_)
+    for (const auto& e : w.entries) {
+      if (e.server.empty() || !path_failure(e.state)) continue;
+      if (auto c = clean.find(e.server); c != clean.end() && e.seq <= c->second) continue;
+      auto& [we, wv] = worst[e.server];
+      if (!we || e.state > we->state || (e.state == we->state && e.seq > we->seq)) {
+        we = &e;
+        wv = &vmi;
+      }
+    }
+  std::vector<DnsPathSummary::FailingServer> out;
+  for (const auto& [server, ev] : worst) {
+    if (out.size() >= kMaxFailingServers) break;
+    out.push_back({server, ev.first->state, *ev.second, ev.first->detail});
+  }
   return out;
 }
 

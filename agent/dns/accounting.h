@@ -100,6 +100,8 @@ class Accounting {
     std::set<std::uint64_t> failed_over;
   };
   GuestDnsStatus judge(const std::string& vmi, const VmiWindow& w) const;
+  static constexpr std::size_t kMaxFailingServers = 64;  // in the summary, the first by address
+  std::vector<DnsPathSummary::FailingServer> failingServers() const;
   // Label values ("namespace", "vmi") for a VMI's queries, "_other" beyond the cap.
   std::pair<std::string, std::string> vmiLabels(const std::string& vmi);
   void forget(const std::string& vmi);
@@ -110,7 +112,8 @@ class Accounting {
   std::set<std::string> present_;
   std::map<std::string, VmiWindow> per_vmi_;  // VMIs with finished queries in the window
   std::map<std::string, GuestDnsState> last_states_;
-  std::set<std::string> metric_vmis_;  // VMIs with series of their own
+  std::map<std::string, GuestDnsState> last_failing_;  // failing servers, the previous summary's
+  std::set<std::string> metric_vmis_;                  // VMIs with series of their own
   bool vmi_cap_logged_ = false, drop_cap_logged_ = false;
   std::uint64_t lost_seen_ = 0, evicted_in_flight_seen_ = 0, evicted_done_seen_ = 0;
 };

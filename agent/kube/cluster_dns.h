@@ -1,6 +1,7 @@
 // What the DNS side needs from the cluster, read (never written) through the process's API
 // connection: Cilium's settings from its ConfigMap, which predict the guest DNS incident
-// (probes/dns_path.h), CoreDNS's Corefile (its forward targets and cluster zones, evidence), and
+// (probes/dns_path.h), CoreDNS's Corefile (its forward targets and cluster zones, evidence), the
+// kube-dns Service's cluster IPs (a ClusterFirst guest's first nameserver), and
 // the kube-dns Service's EndpointSlices, the CoreDNS pods the DNS
 // tracer's verdicts must know about (agent/dns/correlator.h). A ClusterDnsSource thread reads
 // both every `refresh` and puts the result on the ClusterDnsBoard the composition root hands to
@@ -34,6 +35,7 @@ struct ClusterDnsOptions {
 std::string ciliumConfigPath(const ClusterDnsOptions& o);
 std::string dnsEndpointSlicesPath(const ClusterDnsOptions& o);
 std::string corefilePath(const ClusterDnsOptions& o);
+std::string dnsServicePath(const ClusterDnsOptions& o);
 
 // A GET of the ConfigMap: 200 parsed, 404 "no Cilium" (not an error), 403 Forbidden (RBAC),
 // anything else Failed with the reason.
@@ -44,6 +46,10 @@ void readDnsEndpoints(const HttpResponse& r, const ClusterDnsOptions& o, Cluster
 // A GET of CoreDNS's ConfigMap: 200 parsed (a Corefile that does not parse is Failed with the
 // line), 404/403/other as for cilium-config; evidence only, so no verdict rests on it.
 void readCorefile(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out);
+
+// A GET of the kube-dns Service: its spec.clusterIPs (spec.clusterIP on old servers; "None" is a
+// headless Service, no address); 404/403/other as for cilium-config.
+void readDnsService(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out);
 
 // The reads, one request each (the Corefile's only when corefile_configmap is set).
 ClusterDnsFacts fetchClusterDns(ApiClient& api, const ClusterDnsOptions& o);

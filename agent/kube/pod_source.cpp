@@ -55,6 +55,15 @@ std::vector<VirtHandlerPod> PodSource::handlers() const {
   return ledger_.handlers();
 }
 
+VmiDnsConfigs PodSource::vmiDns() const {
+  std::lock_guard lk(mu_);
+  VmiDnsConfigs c;
+  c.complete = complete_;
+  c.why = why_;
+  c.vmis = ledger_.vmiDns();
+  return c;
+}
+
 int PodSource::subscribe(Listener listener) {
   std::lock_guard lk(listeners_mu_);
   listeners_[next_id_] = std::move(listener);

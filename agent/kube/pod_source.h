@@ -47,6 +47,8 @@ class PodSource {
 
   PodView view() const;
   std::vector<VirtHandlerPod> handlers() const;
+  // The launcher pods' DNS configuration, complete/why as in view().
+  VmiDnsConfigs vmiDns() const;
 
   // Called (on the source's thread) after every change of the view: a pod added, changed in a
   // way the views show, removed, or the view turning complete or incomplete. Returns an id for

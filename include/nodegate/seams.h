@@ -183,6 +183,7 @@ class Netlink {
 class PvSource;          // probes/local_pv.h
 class ClusterDnsBoard;   // probes/dns_path.h
 class DnsVerdictSource;  // probes/dns_path.h
+class VmiDnsBoard;       // probes/dns_path.h
 namespace devprobe {
 class Client;  // probes/device_probe_client.h
 }
@@ -205,6 +206,9 @@ struct Seams {
   // dns-path's view of the guests: the verdicts the agent's DNS service (agent/dns) publishes;
   // null in `nodegate check`, which runs no tracer.
   std::shared_ptr<const DnsVerdictSource> dns_verdicts;
+  // dns-path's view of the VMIs' DNS configuration, from the agent's pod source (launcher pods'
+  // dnsPolicy/dnsConfig); null in `nodegate check` and without a pod source.
+  std::shared_ptr<const VmiDnsBoard> vmi_dns;
   // The device-probe helper (`--device-probe PATH`): when set, the device checks and lvm's
   // block-device work are asked of it (probes/device_probe_client.h); null: done here.
   std::shared_ptr<const devprobe::Client> device_probe;

@@ -352,7 +352,10 @@ class DaemonSet(unittest.TestCase):
         lvm = {"data_warn_percent": 80, "data_fail_percent": 90, "metadata_warn_percent": 70, "metadata_fail_percent": 85}
         for case, want in [("defaults-1.31", {"gate": {"required": ["cpu-virt", "kvm-device", "tun", "kernel-modules"]},
                                               "checks": {"lvm": lvm, "local-pv": {"kubelet_dir": "/var/lib/kubelet"},
-                                                         "dns-path": {"coredns_configmap": "coredns"}},
+                                                         "dns-path": {"coredns_configmap": "coredns",
+                                                                      # the Service the RBAC names
+                                                                      "dns_service": "kube-dns",
+                                                                      "dns_service_namespace": "kube-system"}},
                                               "damping": {}}),
                            ("custom-1.31", {"gate": {"required": ["cpu-virt", "kvm-device", "tun", "kernel-modules",
                                                                   "lvm", "time-sync"]},
@@ -361,7 +364,8 @@ class DaemonSet(unittest.TestCase):
                                                        # rbac.readPods: false turns the pod watch off
                                                        "kube": {"pod_watch": False},
                                                        # rbac.readCoreDNSConfig false: not read
-                                                       "dns-path": {"coredns_configmap": ""}},
+                                                       "dns-path": {"coredns_configmap": "", "dns_service": "kube-dns",
+                                                                    "dns_service_namespace": "kube-system"}},
                                             "damping": {"lvm": 3}})]:
             docs = load(case)
             ds, c = agent_container(docs)

@@ -264,6 +264,38 @@ TEST(Accounting, ClusterNamesNotFoundFailUnlessTheNameWasAnsweredWithAnotherType
   EXPECT_EQ(judged(acc).state, GuestDnsState::ClusterNameNotFound);
 }
 
+// Servers whose path guests saw failing, for the prediction of VMIs that ask them first: keyed by
+// the address the guest asked, across VMIs, until a clean answer from that server.
+TEST(Accounting, ServersSeenFailingAcrossVmisUntilTheyAnswer) {
+  prometheus::Registry reg;
+  Accounting acc(reg, {});
+  acc.present({"ns/a", "ns/b", "ns/c"});
+  auto [silent, answer] = failover(1, 2, "10.96.0.99");
+  QueryTrace unreach = traceSeq(3, Verdict::Unreachable, "u.example.", "ns/b");
+  unreach.original_daddr = "10.96.0.53";
+  QueryTrace servfail = traceSeq(4, Verdict::ServerError, "s.example.", "ns/c");
+  servfail.original_daddr = "10.96.0.54";  // answers, with errors: its path works
+  acc.account({answer, silent, unreach, servfail}, {});
+  auto s = acc.summarize(std::chrono::system_clock::now(), 3, 12);
+  ASSERT_EQ(s.summary.failing_servers.size(), 2u);
+  EXPECT_EQ(s.summary.failing_servers[0].server, "10.96.0.53");
+  EXPECT_EQ(s.summary.failing_servers[0].state, GuestDnsState::Unreachable);
+  EXPECT_EQ(s.summary.failing_servers[0].vmi, "ns/b");
+  EXPECT_EQ(s.summary.failing_servers[1].server, "10.96.0.99");
+  EXPECT_EQ(s.summary.failing_servers[1].state, GuestDnsState::SlowFailover);
+  EXPECT_NE(s.summary.failing_servers[1].detail.find("did not answer"), std::string::npos);
+  // 10.96.0.10 answered the failover: not failing.
+  EXPECT_FALSE(acc.summarize(std::chrono::system_clock::now(), 3, 12).changed);
+  // 10.96.0.53 answers another VMI's query: it works again, and the summary says it changed.
+  QueryTrace ok = traceSeq(5, Verdict::Answered, "u.example.", "ns/c");
+  ok.original_daddr = "10.96.0.53";
+  acc.account({ok}, {});
+  s = acc.summarize(std::chrono::system_clock::now(), 3, 12);
+  ASSERT_EQ(s.summary.failing_servers.size(), 1u);
+  EXPECT_EQ(s.summary.failing_servers[0].server, "10.96.0.99");
+  EXPECT_TRUE(s.changed);
+}
+
 TEST(Accounting, WindowKeepsAtMostPerVmiEntries) {
   prometheus::Registry reg;
   AccountingLimits lim;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <utility>
 
@@ -245,6 +246,90 @@ TEST(DnsPathEval, TheWorstGuestDecidesAndEveryFailingGuestIsEvidence) {
   for (const auto& e : r.evidence)
     if (e.source.rfind("guest ", 0) == 0) guests.insert(e.source);
   EXPECT_EQ(guests, (std::set<std::string>{"guest ns/slow", "guest ns/nx", "guest ns/unreach"}));
+}
+
+TEST(DnsPathEval, TheFirstNameserverComesFromThePolicy) {
+  std::string how;
+  EXPECT_EQ(firstNameserver({"ns/a", "None", {"10.96.0.99", "8.8.8.8"}}, {"10.96.0.10"}, &how),
+            "10.96.0.99");
+  EXPECT_NE(how.find("dnsConfig.nameservers[0]"), std::string::npos);
+  EXPECT_EQ(firstNameserver({"ns/a", "None", {}}, {"10.96.0.10"}, &how), "");
+  // ClusterFirst (also the default ""): the cluster DNS first, dnsConfig's servers after it.
+  EXPECT_EQ(firstNameserver({"ns/a", "ClusterFirst", {"10.96.0.99"}}, {"10.96.0.10"}, &how),
+            "10.96.0.10");
+  EXPECT_EQ(firstNameserver({"ns/a", "", {}}, {"10.96.0.10", "fd00:96::a"}, &how), "10.96.0.10");
+  EXPECT_EQ(firstNameserver({"ns/a", "ClusterFirst", {}}, {}, &how), "");
+  EXPECT_NE(how.find("not read"), std::string::npos);
+  EXPECT_EQ(firstNameserver({"ns/a", "Default", {}}, {"10.96.0.10"}, &how), "");
+}
+
+const std::string* observed(const CheckResult& r, const std::string& source) {
+  for (const auto& e : r.evidence)
+    if (e.source == source) return &e.observed;
+  return nullptr;
+}
+
+// VMIs whose first nameserver the tracer has seen failing are named as predicted to fail, with the
+// server and how; without a complete pod view that is unknown, never "none predicted".
+TEST(DnsPathEval, VmisWhoseFirstNameserverWasSeenFailingArePredictedToFail) {
+  DnsPathInputs in;
+  auto s = summaryWith({guest("ns/seen", GuestDnsState::NoResponse, "x A: no answer", 0, 2)});
+  s.failing_servers = {{"10.96.0.99", GuestDnsState::NoResponse, "ns/seen", "x A: no answer"}};
+  in.tracer = s;
+  in.service_read = true;
+  in.service_ips = {"10.96.0.10"};
+  VmiDnsConfigs pods;
+  pods.complete = true;
+  pods.vmis = {{"ns/custom", "None", {"10.96.0.99", "10.96.0.10"}},
+               {"ns/default", "ClusterFirst", {}},
+               {"ns/host", "Default", {}}};
+  in.vmi_dns = pods;
+  auto r = evaluateDnsPath(in);
+  EXPECT_EQ(r.reason, "NoResponse");  // the guest that failed decides the status
+  const std::string* p = observed(r, "predicted to fail ns/custom");
+  ASSERT_TRUE(p);
+  EXPECT_NE(p->find("first nameserver 10.96.0.99 (dnsPolicy None"), std::string::npos) << *p;
+  EXPECT_NE(p->find("seen failing: NoResponse (ns/seen: x A: no answer)"), std::string::npos);
+  EXPECT_FALSE(observed(r, "predicted to fail ns/default"));
+  ASSERT_TRUE(observed(r, "vmi first nameservers"));
+  EXPECT_EQ(*observed(r, "vmi first nameservers"),
+            "3 VMIs on this node, 1 predicted to fail, 1 with an unknown first nameserver");
+  std::map<std::string, double> metric;
+  for (const auto& m : r.metrics) {
+    EXPECT_EQ(m.name, "nodegate_dns_first_nameserver_failing");
+    metric[m.labels.at("namespace") + "/" + m.labels.at("vmi")] = m.value;
+  }
+  EXPECT_EQ(metric, (std::map<std::string, double>{{"ns/custom", 1}, {"ns/default", 0}}));
+
+  // The cluster DNS Service seen failing: every ClusterFirst VMI asks it first.
+  in.tracer->failing_servers = {
+      {"10.96.0.10", GuestDnsState::ServiceTranslationMissing, "ns/seen", "x A: untranslated"}};
+  r = evaluateDnsPath(in);
+  EXPECT_TRUE(observed(r, "predicted to fail ns/default"));
+  EXPECT_FALSE(observed(r, "predicted to fail ns/custom"));
+
+  // The Service's address not read: ClusterFirst VMIs' first nameserver is unknown, and why.
+  in.service_read = false;
+  in.service_ips.clear();
+  in.service_detail = "failed to read service kube-system/kube-dns: HTTP 403";
+  r = evaluateDnsPath(in);
+  EXPECT_FALSE(observed(r, "predicted to fail ns/default"));
+  EXPECT_NE(observed(r, "vmi first nameservers")
+                ->find("2 with an unknown first nameserver (failed "
+                       "to read service kube-system/kube-dns"),
+            std::string::npos)
+      << *observed(r, "vmi first nameservers");
+
+  // No complete pod view (pods RBAC refused): unknown, no series at all.
+  in.vmi_dns->complete = false;
+  in.vmi_dns->why = "HTTP 403: pods is forbidden";
+  r = evaluateDnsPath(in);
+  EXPECT_TRUE(r.metrics.empty());
+  EXPECT_EQ(*observed(r, "vmi first nameservers"),
+            "unknown: the pods on this node are not known (HTTP 403: pods is forbidden)");
+  in.vmi_dns.reset();
+  r = evaluateDnsPath(in);
+  EXPECT_NE(observed(r, "vmi first nameservers")->find("unknown: no pod view"), std::string::npos);
 }
 
 TEST(DnsPathEval, TracerWithoutTraffic) {
