@@ -3,6 +3,7 @@
 #include <dirent.h>
 
 #include <cstdio>
+#include <set>
 
 #include "processes.h"
 #include "text.h"
@@ -182,11 +183,15 @@ void predictions(const DnsPathInputs& in, const DnsPathSummary& s, CheckResult& 
     return;
   }
   std::size_t predicted = 0, unknown = 0;
+  std::set<std::string> unknown_why;
   for (const auto& c : in.vmi_dns->vmis) {
     std::string how;
     const std::string first = firstNameserver(c, in.service_ips, &how);
     if (first.empty()) {
       ++unknown;
+      if (c.dns_policy != "None" && c.dns_policy != "Default" && !in.service_detail.empty())
+        how += " (" + in.service_detail + ")";  // why the Service's address is not known
+      unknown_why.insert(how);
       continue;
     }
     const auto* f = [&]() -> const DnsPathSummary::FailingServer* {
@@ -213,9 +218,12 @@ void predictions(const DnsPathInputs& in, const DnsPathSummary& s, CheckResult& 
   }
   std::string summary = std::to_string(in.vmi_dns->vmis.size()) + " VMIs on this node, " +
                         std::to_string(predicted) + " predicted to fail";
-  if (unknown)
-    summary += ", " + std::to_string(unknown) + " with an unknown first nameserver" +
-               (in.service_read ? "" : " (" + in.service_detail + ")");
+  if (unknown) {
+    summary += ", " + std::to_string(unknown) + " with an unknown first nameserver (";
+    for (auto it = unknown_why.begin(); it != unknown_why.end(); ++it)
+      summary += (it == unknown_why.begin() ? "" : "; ") + *it;
+    summary += ")";
+  }
   r.evidence.push_back({kSource, summary});
 }
 

@@ -292,8 +292,10 @@ TEST(DnsPathEval, VmisWhoseFirstNameserverWasSeenFailingArePredictedToFail) {
   EXPECT_NE(p->find("seen failing: NoResponse (ns/seen: x A: no answer)"), std::string::npos);
   EXPECT_FALSE(observed(r, "predicted to fail ns/default"));
   ASSERT_TRUE(observed(r, "vmi first nameservers"));
-  EXPECT_EQ(*observed(r, "vmi first nameservers"),
-            "3 VMIs on this node, 1 predicted to fail, 1 with an unknown first nameserver");
+  EXPECT_EQ(
+      *observed(r, "vmi first nameservers"),
+      "3 VMIs on this node, 1 predicted to fail, 1 with an unknown first nameserver (dnsPolicy "
+      "Default: the node's resolv.conf, not known to nodegate)");
   std::map<std::string, double> metric;
   for (const auto& m : r.metrics) {
     EXPECT_EQ(m.name, "nodegate_dns_first_nameserver_failing");
@@ -315,8 +317,9 @@ TEST(DnsPathEval, VmisWhoseFirstNameserverWasSeenFailingArePredictedToFail) {
   r = evaluateDnsPath(in);
   EXPECT_FALSE(observed(r, "predicted to fail ns/default"));
   EXPECT_NE(observed(r, "vmi first nameservers")
-                ->find("2 with an unknown first nameserver (failed "
-                       "to read service kube-system/kube-dns"),
+                ->find("2 with an unknown first nameserver (dnsPolicy ClusterFirst: the "
+                       "cluster DNS Service, whose address was not read (failed to read service "
+                       "kube-system/kube-dns: HTTP 403); dnsPolicy Default"),
             std::string::npos)
       << *observed(r, "vmi first nameservers");
 
