@@ -190,6 +190,8 @@ int runAgent(const Options& opts) {
   auto holds = std::make_shared<kube::GateHoldBoard>(*registry);
   // The guests' DNS verdicts: the DNS tracer extension writes them, the dns-path probe reads them.
   auto dns_verdicts = std::make_shared<DnsVerdictBoard>();
+  // The VMIs' DNS configuration: the pod source writes it, the dns-path probe reads it.
+  auto vmi_dns = std::make_shared<VmiDnsBoard>();
   auto kube =
       startKubeSide(opts, kubeSettings(opts, initial_config), *registry, cluster_dns, holds);
   if (!kube) {
@@ -205,6 +207,7 @@ int runAgent(const Options& opts) {
   seams.cluster_dns = cluster_dns;
   seams.dns_verdicts = dns_verdicts;
   seams.kubevirt = kube->kubevirt;
+  seams.vmi_dns = vmi_dns;
   if (!opts.device_probe.empty()) seams.device_probe = deviceProbeClient(opts.device_probe);
   auto runner = std::make_shared<Runner>(makeProbes(seams), host, initial_config, ro);
   runner->addPublisher(std::make_shared<MetricsPublisher>(registry));
@@ -223,6 +226,20 @@ int runAgent(const Options& opts) {
   AgentRouters routers = makeAgentRouters(ep);
 
   runner->start();
+  // The launcher pods' DNS configuration, on every change of the pod view (the pod source's
+  // thread; the source outlives its listeners); a change re-runs dns-path's prediction.
+  if (kube->pods) {
+    kube::PodSource* pods = kube->pods.get();
+    pods->subscribe([pods, vmi_dns, runner] {
+      VmiDnsConfigs now = pods->vmiDns();
+      const auto before = vmi_dns->configs();
+      const bool changed = !before || before->complete != now.complete || before->vmis != now.vmis;
+      vmi_dns->publish(std::move(now));
+      if (changed) runner->trigger(kTriggerDns);
+    });
+    // After subscribing: a change in between is not lost (both publish the current view).
+    vmi_dns->publish(pods->vmiDns());
+  }
   auto events = KernelEvents::start(
       host, [runner](std::uint32_t bits) { runner->trigger(bits); }, registry, seams);
   if (!events)

@@ -22,20 +22,32 @@ namespace nodegate {
 
 // --- the tracer's view, handed over through a seam -----------------------------------------
 
-// In rising order of what the check reports first (the worst guest's state).
+// A guest's DNS as the tracer judges it over the window (agent/dns/accounting.h): the worst of
+// its queries since its last clean answer. Ordered worst last; each is the dns-path check's reason
+// of that name (guestDnsReason()): FAIL from ClusterNameNotFound up, WARN below it.
 enum class GuestDnsState {
   Ok,
-  ServerError,
-  NoResponse,
-  ServiceTranslationMissing,
-  NodeLocalCacheDown,  // the node-local DNS cache the guests are pointed at is not serving
+  SlowFailover,               // answered, after the first nameserver stayed silent (WARN)
+  TruncatedTcpFailed,         // an answer too big for UDP, and DNS over TCP failed (WARN)
+  Refused,                    // REFUSED (WARN)
+  ServerError,                // SERVFAIL and other error rcodes (WARN)
+  ClusterNameNotFound,        // NXDOMAIN/NODATA for a name of the cluster's zones (FAIL)
+  Unreachable,                // ICMP unreachable or TCP RST: the server side not listening (FAIL)
+  NoResponse,                 // no answer before the timeout (FAIL)
+  ServiceTranslationMissing,  // left the host with the service IP untranslated (FAIL)
+  NodeLocalCacheDown,  // the node-local DNS cache the guests are pointed at is not serving (FAIL)
 };
+std::string_view guestDnsReason(GuestDnsState s);  // "SlowFailover": the check's reason
 
 struct GuestDnsStatus {
   std::string vmi;
   GuestDnsState state = GuestDnsState::Ok;
-  std::string detail;  // "example.com A: last seen at host-out, drop IP_INNOROUTES"
+  std::string detail;  // the newest query in that state: "example.com A: ICMP port-unreachable..."
   std::uint64_t answered = 0, failed = 0;  // in the window
+  // The server the state is about, as the guest addressed it (slow failover: the silent one), and
+  // for SlowFailover the lookups that waited for it since the last clean answer and the time lost.
+  std::string server;
+  std::uint64_t failovers = 0, failover_lost_ns = 0;
 };
 
 struct DnsPathSummary {
@@ -45,6 +57,15 @@ struct DnsPathSummary {
   std::size_t attached_hops = 0;       // devices with the classifier attached
   std::size_t queries_in_window = 0;
   std::vector<GuestDnsStatus> vms;  // one per VMI that sent queries in the window
+  // Servers (as guests addressed them) whose path the window has seen failing since their newest
+  // clean answer: lost, unreachable, untranslated, or the silent first server of a slow failover.
+  struct FailingServer {
+    std::string server;
+    GuestDnsState state = GuestDnsState::NoResponse;  // the worst seen
+    std::string vmi;                                  // whose query showed it (the newest)
+    std::string detail;
+  };
+  std::vector<FailingServer> failing_servers;  // sorted by server
 };
 
 // What the agent's DNS service publishes and the probe reads. nullopt = no tracer running.
@@ -93,6 +114,10 @@ struct ClusterDnsFacts {
   ApiRead nodelocal_read = ApiRead::Failed;
   std::vector<std::string> nodelocal_addresses;  // when Ok
   std::string nodelocal_detail;
+  // The kube-dns Service's cluster IPs: a ClusterFirst guest's first nameserver.
+  ApiRead service_read = ApiRead::Failed;
+  std::vector<std::string> service_ips;  // inet_ntop() form, when Ok (none: headless)
+  std::string service_detail;
 };
 
 // Built by the composition root, written by the agent's cluster-DNS reader
@@ -104,6 +129,37 @@ class ClusterDnsBoard final : public Board<ClusterDnsFacts> {
   std::optional<ClusterDnsFacts> facts() const { return get(); }
 };
 
+// --- each VMI's DNS configuration, from its virt-launcher pod (agent/kube/pod_source.h) -----
+// KubeVirt copies spec.dnsPolicy and spec.dnsConfig from the VMI to its launcher pod, and its DHCP
+// hands the guest the pod's nameservers, so the pod says where the guest asks first.
+
+struct VmiDnsConfig {
+  std::string vmi;                       // "ns/name"
+  std::string dns_policy;                // as the pod has it ("": ClusterFirst, the default)
+  std::vector<std::string> nameservers;  // spec.dnsConfig.nameservers
+  bool operator==(const VmiDnsConfig&) const = default;
+};
+
+struct VmiDnsConfigs {
+  bool complete = false;           // the pod view is listed and watched (pods RBAC granted)
+  std::string why;                 // why not
+  std::vector<VmiDnsConfig> vmis;  // sorted by vmi
+};
+
+// Written by a listener on the agent's pod source (agent/agent.cpp), read by the dns-path probe;
+// nullopt without a pod source (no API connection, kube.pod_watch false).
+class VmiDnsBoard final : public Board<VmiDnsConfigs> {
+ public:
+  std::optional<VmiDnsConfigs> configs() const { return get(); }
+};
+
+// The first nameserver the guest asks: dnsConfig.nameservers[0] under dnsPolicy None, the cluster
+// DNS Service's address under ClusterFirst (kubelet puts its clusterDNS first; dnsConfig's
+// nameservers follow it); "" when unknown (the Service's address not read, dnsPolicy Default: the
+// node's resolv.conf). `how` says which.
+std::string firstNameserver(const VmiDnsConfig& c, const std::vector<std::string>& service_ips,
+                            std::string* how);
+
 struct DnsPathInputs {
   std::optional<DnsPathSummary> tracer;  // nullopt: tracer not running
   CiliumSocketLb cilium;
@@ -114,6 +170,13 @@ struct DnsPathInputs {
   std::string nodelocal;              // the node-local cache's addresses, or why not known
   std::size_t launchers = 0;  // virt-launcher processes: the tracer's count, or a procfs scan
   bool launchers_readable = true;
+  // The VMIs' DNS configuration (nullopt: no pod view) and the cluster DNS Service's addresses
+  // (service_read: whether they were read), for the prediction of VMIs whose first nameserver the
+  // tracer has seen failing.
+  std::optional<VmiDnsConfigs> vmi_dns;
+  std::vector<std::string> service_ips;
+  bool service_read = false;
+  std::string service_detail;
 };
 
 CheckResult evaluateDnsPath(const DnsPathInputs& in);
@@ -138,6 +201,11 @@ inline const SettingSpec kDnsPathNodeLocalConfigMapSetting = textSetting(
     kDnsPathCheck, "nodelocal_configmap", "node-local-dns",
     "ConfigMap (in dns_service_namespace) with NodeLocal DNSCache's Corefile, for the cache's "
     "addresses; \"\": not read",
+    {}, 253);
+inline const SettingSpec kDnsPathClusterDomainSetting = textSetting(
+    kDnsPathCheck, "cluster_domain", "cluster.local",
+    "the cluster's DNS domain (kubelet clusterDomain): NXDOMAIN/NODATA for a name under it, or "
+    "under a zone of the Corefile's kubernetes plugin, fails the check (ClusterNameNotFound)",
     {}, 253);
 inline const SettingSpec kDnsPathServerProcessesSetting =
     listSetting(kDnsPathCheck, "server_processes", {"coredns"},
@@ -164,7 +232,8 @@ inline const ProbeSpec kDnsPathSpec{
     .settings = {&kDnsPathCiliumFileSetting, &kDnsPathCiliumNamespaceSetting,
                  &kDnsPathCiliumConfigMapSetting, &kDnsPathDnsNamespaceSetting,
                  &kDnsPathCorefileConfigMapSetting, &kDnsPathNodeLocalConfigMapSetting,
-                 &kDnsPathDnsServiceSetting, &kDnsPathServerProcessesSetting,
+                 &kDnsPathDnsServiceSetting, &kDnsPathClusterDomainSetting,
+                 &kDnsPathServerProcessesSetting,
                  &kDnsPathQueryTimeoutSetting, &kDnsPathWindowSetting, &kDnsPathRescanSetting,
                  &kDnsPathRescanWithEventsSetting},
 };
@@ -173,15 +242,18 @@ class DnsPathProbe final : public Probe {
  public:
   // cluster: Cilium settings from the API (null: none); the file in
   // checks.dns-path.cilium_config_file wins.
+  // vmi_dns: the launcher pods' DNS configuration (null: no pod view).
   DnsPathProbe(std::shared_ptr<const DnsVerdictSource> source,
-               std::shared_ptr<const ClusterDnsBoard> cluster)
-      : source_(std::move(source)), cluster_(std::move(cluster)) {}
+               std::shared_ptr<const ClusterDnsBoard> cluster,
+               std::shared_ptr<const VmiDnsBoard> vmi_dns = nullptr)
+      : source_(std::move(source)), cluster_(std::move(cluster)), vmi_dns_(std::move(vmi_dns)) {}
   const ProbeSpec& spec() const override { return kDnsPathSpec; }
   CheckResult run(const ProbeContext& ctx) override;
 
  private:
   std::shared_ptr<const DnsVerdictSource> source_;
   std::shared_ptr<const ClusterDnsBoard> cluster_;
+  std::shared_ptr<const VmiDnsBoard> vmi_dns_;
 };
 
 }  // namespace nodegate

@@ -74,7 +74,9 @@ const Entry kEntries[] = {
                                  std::make_unique<KubeletDirPvSource>(), s.seams.api_pvs);
      }},
     {&kDnsPathSpec,  // agent/dns fills the verdicts
-     [](Shared& s) { return make<DnsPathProbe>(s.seams.dns_verdicts, s.seams.cluster_dns); }},
+     [](Shared& s) {
+       return make<DnsPathProbe>(s.seams.dns_verdicts, s.seams.cluster_dns, s.seams.vmi_dns);
+     }},
     {&kNodeServicesSpec, [](Shared& s) { return make<NodeServicesProbe>(s.seams.dbus); }},
     // Reads kvm-device, tun and vhost-net; the agent's API watches fill its source.
     {&kKubeVirtNodeSpec, [](Shared& s) { return make<KubeVirtNodeProbe>(s.seams.kubevirt); }},

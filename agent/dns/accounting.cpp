@@ -1,7 +1,11 @@
 #include "dns/accounting.h"
 
+#include <algorithm>
+#include <functional>
 #include <map>
+#include <optional>
 #include <tuple>
+#include <unordered_set>
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
@@ -13,16 +17,25 @@
 namespace nodegate::dns {
 namespace {
 
-GuestDnsState stateOf(Verdict v) {
-  switch (v) {
-    case Verdict::ServerError:
+// What one query says of its guest's DNS. NXDOMAIN/NODATA is an answer, unless the name is one
+// only the cluster's DNS can answer (the guest asked the wrong server, or its forward target
+// cannot see the cluster's zones).
+GuestDnsState stateOf(const QueryTrace& t) {
+  switch (t.verdict) {
+    case Verdict::SlowFailover:
+      return GuestDnsState::SlowFailover;
+    case Verdict::TruncatedTcpFailed:
+      return GuestDnsState::TruncatedTcpFailed;
     case Verdict::Refused:
-    case Verdict::SlowFailover:  // answered, but every lookup waits for the silent server first
+      return GuestDnsState::Refused;
+    case Verdict::ServerError:
       return GuestDnsState::ServerError;
-    case Verdict::Unanswered:
+    case Verdict::NotFound:
+      return t.cluster_name ? GuestDnsState::ClusterNameNotFound : GuestDnsState::Ok;
     case Verdict::Unreachable:
     case Verdict::ConnectionRefused:
-    case Verdict::TruncatedTcpFailed:
+      return GuestDnsState::Unreachable;
+    case Verdict::Unanswered:
       return GuestDnsState::NoResponse;
     case Verdict::ServiceTranslationMissing:
       return GuestDnsState::ServiceTranslationMissing;
@@ -31,6 +44,12 @@ GuestDnsState stateOf(Verdict v) {
     default:
       return GuestDnsState::Ok;
   }
+}
+
+// No answer came back: the attempt a resolver fails over from when it stays like this.
+bool silent(Verdict v) {
+  return v == Verdict::Unanswered || v == Verdict::ServiceTranslationMissing ||
+         v == Verdict::Unreachable || v == Verdict::ConnectionRefused;
 }
 
 std::string detailOf(const QueryTrace& t) {
@@ -199,10 +218,33 @@ void Accounting::account(std::vector<QueryTrace> finished, const CorrelatorStats
     // No VM's hop saw it (the node's own queries at the server's side): no guest to judge.
     if (t.vmi.empty()) continue;
     auto& w = per_vmi_[t.vmi];
-    w.entries.push_back({now, t.verdict});
+    Entry e;
+    e.when = now;
+    e.seq = t.seq;
+    e.verdict = t.verdict;
+    e.state = stateOf(t);
+    e.nodata = t.verdict == Verdict::NotFound && t.rcode.value_or(3) == 0;
+    e.name = std::hash<std::string>{}(t.qname);
+    if (t.verdict != Verdict::Answered) e.detail = detailOf(t);
+    e.server = t.original_daddr;
+    if (t.failover_of) {
+      e.server = t.failover_server;
+      e.lost_ns = t.failover_lost_ns;
+      // The silent attempt this answer followed: finished already, or to come.
+      bool found = false;
+      for (auto it = w.entries.rbegin(); it != w.entries.rend() && !found; ++it)
+        if (it->seq == t.failover_of) {
+          found = true;
+          if (silent(it->verdict)) it->state = GuestDnsState::SlowFailover;
+        }
+      if (!found) {
+        w.failed_over.insert(t.failover_of);
+        if (w.failed_over.size() > limits_.per_vmi) w.failed_over.erase(w.failed_over.begin());
+      }
+    }
+    if (silent(t.verdict) && w.failed_over.erase(t.seq)) e.state = GuestDnsState::SlowFailover;
+    w.entries.push_back(std::move(e));
     while (w.entries.size() > limits_.per_vmi) w.entries.pop_front();
-    w.newest = t.verdict;
-    w.newest_detail = detailOf(t);
   }
   if (engine.evicted_in_flight > evicted_in_flight_seen_) {
     metrics_->evictions.Add({{"kind", "in_flight"}})
@@ -249,6 +291,46 @@ void Accounting::present(const std::set<std::string>& vmis) {
   for (const auto& v : gone) forget(v);
 }
 
+// Called with mu_ held, on a window trimmed to the present.
+GuestDnsStatus Accounting::judge(const std::string& vmi, const VmiWindow& w) const {
+  GuestDnsStatus g;
+  g.vmi = vmi;
+  std::uint64_t clean = 0;  // seq of the newest clean answer
+  for (const auto& e : w.entries) {
+    (serverAnswered(e.verdict) ? g.answered : g.failed)++;
+    if (e.verdict == Verdict::Answered) clean = std::max(clean, e.seq);
+  }
+  // NODATA for a name answered with another type (an IPv4-only Service's AAAA) is no failure.
+  std::optional<std::unordered_set<std::size_t>> answered_names;  // built when first needed
+  auto answered_name = [&](std::size_t name) {
+    if (!answered_names) {
+      answered_names.emplace();
+      for (const auto& e : w.entries)
+        if (e.verdict == Verdict::Answered) answered_names->insert(e.name);
+    }
+    return answered_names->count(name) != 0;
+  };
+  const Entry* worst = nullptr;
+  for (const auto& e : w.entries) {
+    if (e.seq <= clean || e.state == GuestDnsState::Ok) continue;
+    if (e.state == GuestDnsState::ClusterNameNotFound && e.nodata && answered_name(e.name))
+      continue;
+    if (!worst || e.state > worst->state || (e.state == worst->state && e.seq > worst->seq))
+      worst = &e;
+  }
+  if (!worst) return g;
+  g.state = worst->state;
+  g.detail = worst->detail;
+  g.server = worst->server;
+  if (g.state == GuestDnsState::SlowFailover)
+    for (const auto& e : w.entries)
+      if (e.seq > clean && e.verdict == Verdict::SlowFailover && e.server == g.server) {
+        ++g.failovers;
+        g.failover_lost_ns += e.lost_ns;
+      }
+  return g;
+}
+
 Accounting::Summary Accounting::summarize(std::chrono::system_clock::time_point now,
                                           std::size_t guests, std::size_t attached_hops) {
   std::lock_guard lock(mu_);
@@ -265,19 +347,51 @@ Accounting::Summary Accounting::summarize(std::chrono::system_clock::time_point 
       it = per_vmi_.erase(it);
       continue;
     }
-    GuestDnsStatus g;
-    g.vmi = it->first;
-    // The newest verdict is the guest's state: an answer after a failure means it recovered.
-    g.state = stateOf(it->second.newest);
-    g.detail = it->second.newest_detail;
-    for (const auto& e : q) (serverAnswered(e.verdict) ? g.answered : g.failed)++;
+    GuestDnsStatus g = judge(it->first, it->second);
     s.queries_in_window += g.answered + g.failed;
     states[g.vmi] = g.state;
     s.vms.push_back(std::move(g));
     ++it;
   }
-  out.changed = states != last_states_;
+  s.failing_servers = failingServers();
+  std::map<std::string, GuestDnsState> failing;
+  for (const auto& f : s.failing_servers) failing[f.server] = f.state;
+  out.changed = states != last_states_ || failing != last_failing_;
   last_states_ = std::move(states);
+  last_failing_ = std::move(failing);
+  return out;
+}
+
+// Called with mu_ held, on windows trimmed to the present. A server is failing when a query to it
+// was lost, unreachable or untranslated, a node-local cache that is down, or it was the silent first server of a slow failover,
+// after its newest clean answer (by seq: the engine numbers every VM's queries in one sequence).
+std::vector<DnsPathSummary::FailingServer> Accounting::failingServers() const {
+  auto path_failure = [](GuestDnsState st) {
+    return st == GuestDnsState::NodeLocalCacheDown ||
+           st == GuestDnsState::ServiceTranslationMissing || st == GuestDnsState::NoResponse ||
+           st == GuestDnsState::Unreachable || st == GuestDnsState::SlowFailover;
+  };
+  std::unordered_map<std::string, std::uint64_t> clean;
+  for (const auto& [vmi, w] : per_vmi_)
+    for (const auto& e : w.entries)
+      if (e.verdict == Verdict::Answered && !e.server.empty())
+        clean[e.server] = std::max(clean[e.server], e.seq);
+  std::map<std::string, std::pair<const Entry*, const std::string*>> worst;
+  for (const auto& [vmi, w] : per_vmi_)
+    for (const auto& e : w.entries) {
+      if (e.server.empty() || !path_failure(e.state)) continue;
+      if (auto c = clean.find(e.server); c != clean.end() && e.seq <= c->second) continue;
+      auto& [we, wv] = worst[e.server];
+      if (!we || e.state > we->state || (e.state == we->state && e.seq > we->seq)) {
+        we = &e;
+        wv = &vmi;
+      }
+    }
+  std::vector<DnsPathSummary::FailingServer> out;
+  for (const auto& [server, ev] : worst) {
+    if (out.size() >= kMaxFailingServers) break;
+    out.push_back({server, ev.first->state, *ev.second, ev.first->detail});
+  }
   return out;
 }
 

@@ -22,9 +22,13 @@
 //                                                     a VMI that had left the node finished late;
 //                                                     not counted per VMI)
 //
-// The window holds, per VMI on the node, (time, verdict) of its finished queries and the newest
-// trace's verdict and detail: all the probe's summary reads. Queries of no VMI (seen only at the
-// shared server side) are counted in the metrics but judge no guest.
+// The window holds, per VMI on the node, its finished queries (time, seq, verdict, the state it
+// stands for, the detail of a failed one) and the seqs of the silent attempts its resolver failed
+// over from: all the probe's summary reads. A VMI's state is the worst of its queries since its
+// newest clean answer (by seq: when the queries started, not when they finished), so an answer
+// after a failure means it recovered, and a slow failover (the silent attempt at A, then B's
+// answer) stays SlowFailover in whichever order the two finish. Queries of no VMI (seen only at
+// the shared server side) are counted in the metrics but judge no guest.
 //
 #pragma once
 
@@ -81,13 +85,23 @@ class Accounting {
   struct Metrics;
   struct Entry {
     std::chrono::system_clock::time_point when;
-    Verdict verdict;
+    std::uint64_t seq = 0;
+    Verdict verdict = Verdict::InFlight;
+    GuestDnsState state = GuestDnsState::Ok;  // what this query alone says
+    bool nodata = false;        // NOERROR without records: the name exists (another type may not)
+    std::size_t name = 0;       // hash of the question's name
+    std::string detail;         // "" for a clean answer
+    std::string server;         // the server it concerns (slow failover: the silent one)
+    std::uint64_t lost_ns = 0;  // slow failover: the time lost to `server`
   };
   struct VmiWindow {
-    std::deque<Entry> entries;  // oldest first, at most limits_.per_vmi
-    Verdict newest = Verdict::InFlight;
-    std::string newest_detail;
+    std::deque<Entry> entries;  // in arrival order, at most limits_.per_vmi
+    // failover_of of answers whose silent attempt has not finished yet (bounded by per_vmi).
+    std::set<std::uint64_t> failed_over;
   };
+  GuestDnsStatus judge(const std::string& vmi, const VmiWindow& w) const;
+  static constexpr std::size_t kMaxFailingServers = 64;  // in the summary, the first by address
+  std::vector<DnsPathSummary::FailingServer> failingServers() const;
   // Label values ("namespace", "vmi") for a VMI's queries, "_other" beyond the cap.
   std::pair<std::string, std::string> vmiLabels(const std::string& vmi);
   void forget(const std::string& vmi);
@@ -98,7 +112,8 @@ class Accounting {
   std::set<std::string> present_;
   std::map<std::string, VmiWindow> per_vmi_;  // VMIs with finished queries in the window
   std::map<std::string, GuestDnsState> last_states_;
-  std::set<std::string> metric_vmis_;  // VMIs with series of their own
+  std::map<std::string, GuestDnsState> last_failing_;  // failing servers, the previous summary's
+  std::set<std::string> metric_vmis_;                  // VMIs with series of their own
   bool vmi_cap_logged_ = false, drop_cap_logged_ = false;
   std::uint64_t lost_seen_ = 0, evicted_in_flight_seen_ = 0, evicted_done_seen_ = 0;
 };

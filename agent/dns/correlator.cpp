@@ -169,6 +169,42 @@ std::string icmpUnreachableName(bool ipv6, unsigned code) {
 
 namespace {
 
+std::string_view withoutFinalDot(std::string_view s) {
+  while (!s.empty() && s.back() == '.') s.remove_suffix(1);
+  return s;
+}
+
+bool iequal(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+}  // namespace
+
+bool clusterName(std::string_view qname, const std::vector<std::string>& domains) {
+  const std::string_view name = withoutFinalDot(qname);
+  for (const auto& d : domains) {
+    const std::string_view domain = withoutFinalDot(d);
+    if (domain.empty() || domain.size() > name.size()) continue;
+    const std::string_view tail = name.substr(name.size() - domain.size());
+    if (iequal(tail, domain) &&
+        (name.size() == domain.size() || name[name.size() - domain.size() - 1] == '.'))
+      return true;
+  }
+  std::string lowered(name);
+  for (auto& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lowered.find(".svc.") != std::string::npos ||
+         (lowered.size() > 4 && lowered.compare(lowered.size() - 4, 4, ".svc") == 0);
+}
+
+void Correlator::setClusterDomains(std::vector<std::string> domains) {
+  cluster_domains_ = std::move(domains);
+}
+
+namespace {
+
 const Sighting* sightingAt(const std::vector<Sighting>& path, Hop h) {
   for (const auto& s : path)
     if (s.hop == h) return &s;
@@ -673,6 +709,7 @@ void Correlator::finish(std::uint64_t seq, Verdict v, std::uint64_t now_ns) {
   unindex(t);
 
   t.done_ns = now_ns;
+  t.cluster_name = !t.qname.empty() && clusterName(t.qname, cluster_domains_);
   if (v == Verdict::InFlight)
     classifyUnanswered(t);
   else

@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dns/hops.h"
@@ -133,6 +134,9 @@ struct QueryTrace {
   bool node_local_absent = false;  // the address was on no link of the node when it was asked
   bool upstream_seen = false;
   std::string upstream_server;
+  // The question is a name of the cluster's own zones (clusterName() with the engine's cluster
+  // domains): NXDOMAIN for it means the guest asked a server that cannot see them.
+  bool cluster_name = false;
 
   // Round trip seen at a hop: response time minus query time there, if both were seen.
   std::optional<std::uint64_t> hopLatencyNs(Hop h) const;
@@ -185,6 +189,9 @@ class Correlator {
     node_local_addrs_ = std::move(addrs);
     node_local_absent_ = std::move(absent);
   }
+  // The cluster's DNS domains (dns-path.cluster_domain, the Corefile's kubernetes zones), which
+  // decide QueryTrace::cluster_name; "cluster.local" until told.
+  void setClusterDomains(std::vector<std::string> domains);
   // Truncated answers waiting for the outcome of their TCP retry.
   std::size_t awaitingTcp() const { return awaiting_tcp_.size(); }
 
@@ -234,6 +241,7 @@ class Correlator {
   // a cache forwarding over TCP (NodeLocal DNSCache's force_tcp) whose upstream does not accept
   // shows nothing else, and the question is not in a SYN.
   std::optional<std::uint64_t> last_node_connect_ns_;
+  std::vector<std::string> cluster_domains_{"cluster.local"};
   std::uint64_t next_seq_ = 1;
   std::map<std::uint64_t, QueryTrace> in_flight_;     // by seq: oldest first, for eviction
   std::map<Key, std::vector<std::uint64_t>> by_key_;  // seqs in flight per key, oldest first
@@ -251,5 +259,9 @@ bool isErrorRcode(unsigned rcode);
 // "port-unreachable", "host-unreachable", "admin-prohibited"... for the code of an ICMP (ipv6:
 // ICMPv6) destination unreachable; "code N" for others.
 std::string icmpUnreachableName(bool ipv6, unsigned code);
+// A name of the cluster's own zones, which only the cluster's DNS answers: at or under one of
+// `domains` (case and a final dot do not matter), or Kubernetes-shaped under a domain nodegate
+// was not told of (NAME.NAMESPACE.svc, a search-list form, and *.svc.*).
+bool clusterName(std::string_view qname, const std::vector<std::string>& domains);
 
 }  // namespace nodegate::dns

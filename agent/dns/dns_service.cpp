@@ -62,6 +62,24 @@ Observation observationOf(const ng_dns_event& ev, const DnsTracer& tracer) {
   return o;
 }
 
+// The zones whose names only the cluster's DNS answers: the configured domain and the forward
+// zones the Corefile's kubernetes plugin serves (its reverse zones hold no names a guest looks
+// up by mistake, and "." would make every name the cluster's).
+std::vector<std::string> clusterDomains(const std::string& configured,
+                                        const std::optional<ClusterDnsFacts>& facts) {
+  std::vector<std::string> out;
+  if (!configured.empty()) out.push_back(configured);
+  if (!facts || facts->corefile_read != ApiRead::Ok) return out;
+  for (const auto& server : facts->corefile.servers)
+    for (std::string z : server.kubernetes_zones) {
+      while (!z.empty() && z.back() == '.') z.pop_back();
+      const bool arpa = z == "arpa" || (z.size() > 5 && z.compare(z.size() - 5, 5, ".arpa") == 0);
+      if (!z.empty() && !arpa && std::find(out.begin(), out.end(), z) == out.end())
+        out.push_back(z);
+    }
+  return out;
+}
+
 }  // namespace
 
 struct DnsService::Impl {
@@ -278,11 +296,13 @@ void DnsService::Impl::rescan(const DiscoveryWork& work) {
   {
     std::lock_guard lock(engine_mu);
     engine.setBeyondHostTraced(attachments.beyondHostTraced());
-    if (auto f = cfg.cluster ? cfg.cluster->facts() : std::nullopt) {
+    const auto f = cfg.cluster ? cfg.cluster->facts() : std::nullopt;
+    if (f) {
       std::set<std::string> servers;
       for (const auto& e : f->dns_endpoints) servers.insert(e.address);
       engine.setServerAddresses(std::move(servers));
     }
+    engine.setClusterDomains(clusterDomains(cfg.cluster_domain, f));
   }
   host_addresses = std::move(found.host_addresses);
   nodeLocalChanged(std::move(found.node_local));
@@ -493,6 +513,7 @@ DnsServiceConfig serviceConfig(const AgentServices& s) {
   DnsServiceConfig cfg;
   cfg.extra_netns = s.options.dns_netns;
   cfg.node_name = s.options.node_name;
+  cfg.cluster_domain = s.config.text(kDnsPathClusterDomainSetting);
   // CoreDNS by default; other servers the Service points at (a renamed build) by their comm.
   cfg.server_processes.clear();
   for (auto& name : s.config.list(kDnsPathServerProcessesSetting))

@@ -44,6 +44,8 @@ struct DnsServiceConfig {
   std::vector<std::string> extra_netns;                            // --dns-netns
   std::set<std::string, std::less<>> server_processes{"coredns"};  // dns-path.server_processes
   std::string node_name;  // --node-name: which kube-dns endpoints are expected on this node
+  // dns-path.cluster_domain; with the Corefile's kubernetes zones, what names are the cluster's.
+  std::string cluster_domain = "cluster.local";
   std::chrono::milliseconds tick{100};     // expiry and summary cadence
   std::chrono::milliseconds rescan{2000};  // hop discovery cadence when events do not work
   std::chrono::milliseconds rescan_with_events{30000};  // the safety net's cadence when they do

@@ -70,13 +70,6 @@ std::string seconds(std::uint64_t ns) {
   return buf;
 }
 
-// A name of the cluster's own zones (a Service: NAME.NAMESPACE.svc.DOMAIN), which only the
-// cluster's DNS can answer.
-bool clusterName(const std::string& qname) {
-  return qname.find(".svc.") != std::string::npos ||
-         (qname.size() > 4 && qname.compare(qname.size() - 4, 4, ".svc") == 0);
-}
-
 std::string icmpText(const QueryTrace& t) {
   return "ICMP " + icmpUnreachableName(t.ipv6, t.icmp_code.value_or(0)) + " from " +
          (t.icmp_from.empty() ? "?" : t.icmp_from) + " at " + std::string(hopName(t.icmp_hop));
@@ -148,7 +141,7 @@ std::string verdictDetail(const QueryTrace& t) {
 std::string verdictHint(const QueryTrace& t) {
   switch (t.verdict) {
     case Verdict::NotFound:
-      if (clusterName(t.qname))
+      if (t.cluster_name)
         return "guest resolver configuration: a cluster name is unknown to " + t.original_daddr +
                "; the guest asked a server that cannot see the cluster's zones (not the cluster "
                "DNS), or that server forwards to a resolver that cannot";

@@ -116,6 +116,36 @@ void readNodeLocalConfig(const HttpResponse& r, const ClusterDnsOptions& o, Clus
                          out.nodelocal_detail + ")";
 }
 
+std::string dnsServicePath(const ClusterDnsOptions& o) {
+  return "/api/v1/namespaces/" + urlEncode(o.dns_namespace) + "/services/" +
+         urlEncode(o.dns_service);
+}
+
+void readDnsService(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out) {
+  const std::string what = "service " + o.dns_namespace + "/" + o.dns_service;
+  auto parse = [](const std::string& body) -> Result<std::vector<std::string>> {
+    json svc = json::parse(body, nullptr, false);
+    if (!svc.is_object() || !svc.contains("spec") || !svc["spec"].is_object())
+      return Error{EINVAL, "not a Service"};
+    const json& spec = svc["spec"];
+    std::vector<std::string> ips;
+    auto add = [&](const json& v) {
+      if (!v.is_string() || v.get<std::string>().empty() || v.get<std::string>() == "None") return;
+      std::string ip = canonicalIp(v.get<std::string>());
+      if (std::find(ips.begin(), ips.end(), ip) == ips.end()) ips.push_back(ip);
+    };
+    if (auto it = spec.find("clusterIPs"); it != spec.end() && it->is_array())
+      for (const auto& v : *it) add(v);
+    if (auto it = spec.find("clusterIP"); it != spec.end()) add(*it);
+    return ips;
+  };
+  readConfigMap(r, what, "not read: " + what + " does not exist",
+                " (chart value rbac.readDnsEndpoints)", parse, out.service_read, out.service_ips,
+                out.service_detail);
+  if (out.service_read == ApiRead::Ok)
+    out.service_detail += out.service_ips.empty() ? ": headless, no cluster IP" : "";
+}
+
 void readDnsEndpoints(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out) {
   const std::string what = "endpointslices of service " + o.dns_namespace + "/" + o.dns_service;
   out.dns_endpoints.clear();
@@ -156,6 +186,7 @@ ClusterDnsFacts fetchClusterDns(ApiClient& api, const ClusterDnsOptions& o) {
   if (!o.corefile_configmap.empty()) readCorefile(api.request("get", "GET", corefilePath(o)), o, f);
   if (!o.nodelocal_configmap.empty())
     readNodeLocalConfig(api.request("get", "GET", nodeLocalConfigPath(o)), o, f);
+  readDnsService(api.request("get", "GET", dnsServicePath(o)), o, f);
   f.updated = std::chrono::system_clock::now();
   return f;
 }
@@ -187,7 +218,7 @@ void ClusterDnsSource::loop() {
     if (stop_.stopped()) return;
     if (!last || last->cilium_detail != f.cilium_detail ||
         last->endpoints_detail != f.endpoints_detail ||
-        last->corefile_detail != f.corefile_detail ||
+        last->corefile_detail != f.corefile_detail || last->service_detail != f.service_detail ||
         last->nodelocal_detail != f.nodelocal_detail) {
       auto level = f.cilium_read == ApiRead::Forbidden || f.cilium_read == ApiRead::Failed ||
                            f.endpoints_read != ApiRead::Ok
@@ -197,6 +228,7 @@ void ClusterDnsSource::loop() {
                  {{"cilium", f.cilium_detail},
                   {"coredns", f.endpoints_detail},
                   {"corefile", f.corefile_detail},
+                  {"service", f.service_detail},
                   {"node_local_dns", f.nodelocal_detail}});
     }
     board_->publish(f);

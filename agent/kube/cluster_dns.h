@@ -1,6 +1,7 @@
 // What the DNS side needs from the cluster, read (never written) through the process's API
 // connection: Cilium's settings from its ConfigMap, which predict the guest DNS incident
-// (probes/dns_path.h), CoreDNS's Corefile (its forward targets and cluster zones, evidence), and
+// (probes/dns_path.h), CoreDNS's Corefile (its forward targets and cluster zones, evidence), the
+// kube-dns Service's cluster IPs (a ClusterFirst guest's first nameserver), and
 // the kube-dns Service's EndpointSlices, the CoreDNS pods the DNS
 // tracer's verdicts must know about (agent/dns/correlator.h). A ClusterDnsSource thread reads
 // both every `refresh` and puts the result on the ClusterDnsBoard the composition root hands to
@@ -37,6 +38,7 @@ std::string ciliumConfigPath(const ClusterDnsOptions& o);
 std::string dnsEndpointSlicesPath(const ClusterDnsOptions& o);
 std::string corefilePath(const ClusterDnsOptions& o);
 std::string nodeLocalConfigPath(const ClusterDnsOptions& o);
+std::string dnsServicePath(const ClusterDnsOptions& o);
 
 // A GET of the ConfigMap: 200 parsed, 404 "no Cilium" (not an error), 403 Forbidden (RBAC),
 // anything else Failed with the reason.
@@ -53,6 +55,10 @@ void readCorefile(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsF
 // Forbidden with the chart value that grants it: the addresses are then not known from the API
 // (hop discovery may still find the cache's link on the node), never a verdict of their own.
 void readNodeLocalConfig(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out);
+
+// A GET of the kube-dns Service: its spec.clusterIPs (spec.clusterIP on old servers; "None" is a
+// headless Service, no address); 404/403/other as for cilium-config.
+void readDnsService(const HttpResponse& r, const ClusterDnsOptions& o, ClusterDnsFacts& out);
 
 // The reads, one request each (the Corefile's and the node-local cache's only when their
 // ConfigMap is named).

@@ -17,7 +17,37 @@ std::string field(const json& obj, const char* a, const char* b) {
 }  // namespace
 
 bool PodLedger::Record::operator==(const Record& o) const {
-  return id == o.id && placement == o.placement && handler == o.handler;
+  return id == o.id && placement == o.placement && handler == o.handler && dns == o.dns;
+}
+
+std::optional<VmiDnsConfig> launcherDnsConfig(const json& pod) {
+  if (!pod.is_object() || field(pod, "metadata", "namespace").empty()) return std::nullopt;
+  const json& meta = pod["metadata"];
+  auto labels = meta.find("labels");
+  if (labels == meta.end() || !labels->is_object() ||
+      labels->value("kubevirt.io", json()) != json("virt-launcher"))
+    return std::nullopt;
+  std::string vmi;
+  if (auto owners = meta.find("ownerReferences"); owners != meta.end() && owners->is_array())
+    for (const auto& o : *owners)
+      if (o.is_object() && o.value("kind", json()) == json("VirtualMachineInstance") &&
+          o.value("name", json()).is_string())
+        vmi = o["name"].get<std::string>();
+  if (vmi.empty())
+    if (auto d = labels->find("kubevirt.io/domain"); d != labels->end() && d->is_string())
+      vmi = d->get<std::string>();
+  if (vmi.empty()) return std::nullopt;
+  VmiDnsConfig c;
+  c.vmi = field(pod, "metadata", "namespace") + "/" + vmi;
+  c.dns_policy = field(pod, "spec", "dnsPolicy");
+  if (auto spec = pod.find("spec"); spec != pod.end() && spec->is_object())
+    if (auto cfg = spec->find("dnsConfig"); cfg != spec->end() && cfg->is_object())
+      if (auto ns = cfg->find("nameservers"); ns != cfg->end() && ns->is_array())
+        for (const auto& n : *ns)
+          // The API allows three; a malformed pod must not make the list grow without bound.
+          if (n.is_string() && c.nameservers.size() < 8)
+            c.nameservers.push_back(n.get<std::string>());
+  return c;
 }
 
 Result<PodListPage> parsePodListPage(std::string_view body) {
@@ -42,6 +72,7 @@ std::optional<std::pair<std::string, PodLedger::Record>> PodLedger::record(const
   r.id = field(pod, "metadata", "namespace") + "/" + name;
   if (auto p = parsePodPlacement(pod)) r.placement = std::move(p).value();
   if (isVirtHandlerPod(pod)) r.handler = virtHandlerPod(pod);
+  r.dns = launcherDnsConfig(pod);
   std::string uid = field(pod, "metadata", "uid");
   return std::pair{uid.empty() ? r.id : uid, std::move(r)};
 }
@@ -88,6 +119,15 @@ std::vector<VirtHandlerPod> PodLedger::handlers() const {
     if (r.handler && r.placement && !r.placement->terminal()) out.push_back(*r.handler);
   std::sort(out.begin(), out.end(),
             [](const VirtHandlerPod& a, const VirtHandlerPod& b) { return a.name < b.name; });
+  return out;
+}
+
+std::vector<VmiDnsConfig> PodLedger::vmiDns() const {
+  std::map<std::string, VmiDnsConfig> by_vmi;
+  for (const auto& [uid, r] : pods_)
+    if (r.dns && r.placement && !r.placement->terminal()) by_vmi.emplace(r.dns->vmi, *r.dns);
+  std::vector<VmiDnsConfig> out;
+  for (auto& [vmi, c] : by_vmi) out.push_back(std::move(c));
   return out;
 }
 

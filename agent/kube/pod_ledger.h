@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dns_path.h"
 #include "kubevirt_node.h"
 #include "nodegate/result.h"
 #include "publish/kube/gate_hold.h"
@@ -25,6 +26,10 @@ struct PodListPage {
 };
 Result<PodListPage> parsePodListPage(std::string_view body);
 
+// A virt-launcher pod's DNS configuration (label kubevirt.io=virt-launcher; the VMI from its
+// VirtualMachineInstance owner, else its kubevirt.io/domain label); nullopt for other pods.
+std::optional<VmiDnsConfig> launcherDnsConfig(const nlohmann::json& pod);
+
 class PodLedger {
  public:
   // A complete list (every page) replaces what was known.
@@ -35,6 +40,8 @@ class PodLedger {
   // complete/why describe the source (listed and watched, or why not).
   PodView view(bool complete, const std::string& why) const;
   std::vector<VirtHandlerPod> handlers() const;
+  // Of the non-terminal launcher pods, one per VMI (a migration's two pods share it), by VMI.
+  std::vector<VmiDnsConfig> vmiDns() const;
   std::size_t size() const { return pods_.size(); }
 
  private:
@@ -42,6 +49,7 @@ class PodLedger {
     std::string id;                         // namespace/name
     std::optional<PodPlacement> placement;  // nullopt: did not parse (the view marks it)
     std::optional<VirtHandlerPod> handler;  // set for virt-handler pods
+    std::optional<VmiDnsConfig> dns;        // set for virt-launcher pods
     bool operator==(const Record& o) const;
   };
   static std::optional<std::pair<std::string, Record>> record(const nlohmann::json& pod);

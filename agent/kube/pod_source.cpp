@@ -55,6 +55,15 @@ HandlerView PodSource::handlers() const {
   return {complete_, why_, ledger_.handlers()};
 }
 
+VmiDnsConfigs PodSource::vmiDns() const {
+  std::lock_guard lk(mu_);
+  VmiDnsConfigs c;
+  c.complete = complete_;
+  c.why = why_;
+  c.vmis = ledger_.vmiDns();
+  return c;
+}
+
 int PodSource::subscribe(Listener listener) {
   std::lock_guard lk(listeners_mu_);
   listeners_[next_id_] = std::move(listener);

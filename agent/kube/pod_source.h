@@ -55,6 +55,8 @@ class PodSource {
 
   PodView view() const;
   HandlerView handlers() const;
+  // The launcher pods' DNS configuration, complete/why as in view().
+  VmiDnsConfigs vmiDns() const;
 
   // Called (on the source's thread) after every change of the view: a pod added, changed in a
   // way the views show, removed, or the view turning complete or incomplete. Returns an id for

@@ -184,6 +184,7 @@ class PvSource;          // probes/local_pv.h
 class ClusterDnsBoard;   // probes/dns_path.h
 class DnsVerdictSource;  // probes/dns_path.h
 class KubeVirtSource;    // probes/kubevirt_node.h
+class VmiDnsBoard;       // probes/dns_path.h
 namespace devprobe {
 class Client;  // probes/device_probe_client.h
 }
@@ -210,6 +211,9 @@ struct Seams {
   // and pod source (agent/kube/kubevirt_facts.h); null without an API connection (`nodegate
   // check`, --kube none), where the check is UNKNOWN/NoApiConnection.
   std::shared_ptr<KubeVirtSource> kubevirt;
+  // dns-path's view of the VMIs' DNS configuration, from the agent's pod source (launcher pods'
+  // dnsPolicy/dnsConfig); null in `nodegate check` and without a pod source.
+  std::shared_ptr<const VmiDnsBoard> vmi_dns;
   // The device-probe helper (`--device-probe PATH`): when set, the device checks and lvm's
   // block-device work are asked of it (probes/device_probe_client.h); null: done here.
   std::shared_ptr<const devprobe::Client> device_probe;

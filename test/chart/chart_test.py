@@ -365,7 +365,10 @@ class DaemonSet(unittest.TestCase):
         for case, want in [("defaults-1.31", {"gate": {"required": ["cpu-virt", "kvm-device", "tun", "kernel-modules"]},
                                               "checks": {"lvm": lvm, "local-pv": {"kubelet_dir": "/var/lib/kubelet"},
                                                          "dns-path": {"coredns_configmap": "coredns",
-                                                                      "nodelocal_configmap": "node-local-dns"}},
+                                                                      "nodelocal_configmap": "node-local-dns",
+                                                                      # the Service the RBAC names
+                                                                      "dns_service": "kube-dns",
+                                                                      "dns_service_namespace": "kube-system"}},
                                               "damping": {}}),
                            ("custom-1.31", {"gate": {"required": ["cpu-virt", "kvm-device", "tun", "kernel-modules",
                                                                   "lvm", "time-sync"]},
@@ -375,7 +378,9 @@ class DaemonSet(unittest.TestCase):
                                                        "kube": {"pod_watch": False},
                                                        # rbac.readCoreDNSConfig false: not read
                                                        "dns-path": {"coredns_configmap": "",
-                                                                    "nodelocal_configmap": ""}},
+                                                                    "nodelocal_configmap": "",
+                                                                    "dns_service": "kube-dns",
+                                                                    "dns_service_namespace": "kube-system"}},
                                             "damping": {"lvm": 3}})]:
             docs = load(case)
             ds, c = agent_container(docs)

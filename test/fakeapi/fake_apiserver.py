@@ -638,6 +638,7 @@ STORED_KINDS = {
     ("v1", "persistentvolumeclaims"): ("PersistentVolumeClaim", True),
     ("cdi.kubevirt.io/v1beta1", "datavolumes"): ("DataVolume", True),
     ("v1", "configmaps"): ("ConfigMap", True),
+    ("v1", "services"): ("Service", True),
     ("discovery.k8s.io/v1", "endpointslices"): ("EndpointSlice", True),
     ("v1", "pods"): ("Pod", True),
     # node-readiness-controller's CRD (kubernetes-sigs/node-readiness-controller api/v1alpha1)
@@ -767,6 +768,8 @@ DISCOVERY = {
                  "persistentvolumeclaim"),
         resource("persistentvolumeclaims/status", "PersistentVolumeClaim", ["get", "patch", "update"], True),
         resource("configmaps", "ConfigMap", STORED_VERBS, True, ["cm"], "configmap"),
+        resource("services", "Service", STORED_VERBS, True, ["svc"], "service"),
+        resource("services/status", "Service", ["get", "patch", "update"], True),
     ]},
     "/apis/events.k8s.io": {"kind": "APIGroup", "apiVersion": "v1", "name": "events.k8s.io",
                             "versions": [{"groupVersion": "events.k8s.io/v1", "version": "v1"}],

@@ -72,6 +72,13 @@ expect_check "dns-path check FAIL ServiceTranslationMissing" FAIL ServiceTransla
 end_scenario
 host_do service_nat healthy
 
+scenario fixed "translation back: the guest's next answer clears the check"
+expect_check "dns-path check still FAIL until the guest gets an answer" FAIL ServiceTranslationMissing
+in_guest 'nslookup www.example.test'
+expect_trace "answered on all six hops" www.example.test A udp answered 'hops(t) == FULL'
+expect_check "dns-path check PASS Ok" PASS Ok
+end_scenario
+
 scenario servfail "the server answers SERVFAIL"
 host_do dns_server_other python3 "$SRC/test/agent/dns/servfail_server.py" 10.244.0.3 53
 in_guest 'nslookup -retry=1 broken.example.test'
@@ -87,7 +94,14 @@ scenario notfound "a cluster name the server does not know (busybox nslookup): N
 in_guest 'nslookup nope.ngdns.svc.cluster.local'
 expect_trace "not_found with NXDOMAIN and the cluster-zone hint" \
   nope.ngdns.svc.cluster.local A udp not_found 't["rcode"] == "NXDOMAIN" and "cluster" in t["hint"] and hops(t) == FULL'
-expect_check "dns-path check PASS Ok (NXDOMAIN is an answer)" PASS Ok
+expect_check "dns-path check FAIL ClusterNameNotFound, the guest's evidence naming the query" \
+  FAIL ClusterNameNotFound \
+  'any(e["source"] == "guest ngdns/vm1" and e["observed"].startswith("ClusterNameNotFound: nope.ngdns.svc.cluster.local") for e in j["evidence"])'
+in_guest 'nslookup www.example.test'
+expect_check "an answer after it: PASS Ok" PASS Ok
+in_guest 'nslookup nope.example.test'
+expect_trace "NXDOMAIN for a name outside the cluster's zones" nope.example.test A udp not_found
+expect_check "dns-path check PASS Ok (NXDOMAIN outside the cluster's zones is an answer)" PASS Ok
 end_scenario
 
 scenario unreachable "the server's host rejects DNS with ICMP port unreachable"
@@ -95,22 +109,33 @@ host_do nft_in $D 'table inet ngfail { chain input { type filter hook input prio
 in_guest 'nslookup -timeout=1 -retry=1 reject.example.test'
 expect_trace "unreachable: the ICMP from the server, back to the guest through both NATs" \
   reject.example.test A udp unreachable 't["icmp"]["type"] == "port-unreachable" and t["icmp"]["from"] == "10.244.0.3" and t["icmp"]["hop"] == "server"'
-expect_check "dns-path check FAIL NoResponse" FAIL NoResponse
+expect_check "dns-path check FAIL Unreachable, naming the server" FAIL Unreachable \
+  '"10.96.0.10" in j["hint"]'
 end_scenario
 host_do ip netns exec $D nft delete table inet ngfail
 
 scenario failover "glibc with a silent first nameserver (timeout:1 attempts:1): slow failover"
 host_do nft_in $H 'table inet ngfail { chain pre { type filter hook prerouting priority -200; ip daddr 10.96.0.99 drop; }; }'
+in_guest 'nslookup www.example.test'  # a clean answer first: what failed before is over
+expect_check "answered again: PASS Ok" PASS Ok
 in_guest 'cp /etc/resolv.conf /tmp/resolv.dhcp && printf "nameserver 10.96.0.99\nnameserver 10.96.0.10\noptions timeout:1 attempts:1\n" > /etc/resolv.conf && getent ahostsv4 www.example.test; rc=$?; cp /tmp/resolv.dhcp /etc/resolv.conf; exit $rc'
 check "$SCEN: getent resolved through the second nameserver" test "$GUEST_RC" = 0
 expect_trace "slow_failover: answered by 10.96.0.10 after 10.96.0.99 stayed silent for the timeout" \
   www.example.test A udp slow_failover 't["failover"]["unanswered_server"] == "10.96.0.99" and 0.9 <= t["failover"]["lost_seconds"] <= 1.6 and hops(t) == FULL'
+# The silent attempt at 10.96.0.99 finishes at the agent's timeout, after the answer: still slow
+# failover, not a lost query.
+expect_trace "the silent attempt at 10.96.0.99" www.example.test A udp service_translation_missing \
+  't["server"] == "10.96.0.99"'
+expect_check "dns-path check WARN SlowFailover, naming the silent nameserver and the time lost" \
+  WARN SlowFailover \
+  '"10.96.0.99" in j["hint"] and any(e["source"] == "guest ngdns/vm1" and "nameserver 10.96.0.99 did not answer 1 lookup" in e["observed"] for e in j["evidence"])'
 end_scenario
 host_do ip netns exec $H nft delete table inet ngfail
 
 scenario recovered "translation and server back: answered again"
 in_guest 'nslookup www.example.test'
 expect_trace "answered on all six hops" www.example.test A udp answered 'hops(t) == FULL and masqueraded(t)'
+expect_check "dns-path check PASS Ok" PASS Ok
 end_scenario
 
 dns_guest_report

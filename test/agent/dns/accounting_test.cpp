@@ -45,18 +45,50 @@ double value(const prometheus::Registry& r, const std::string& sample) {
   return -1;
 }
 
-TEST(Accounting, WindowJudgesByTheNewestVerdictAndCountsTheRest) {
+// seq: the engine numbers queries as they start; the window judges in that order.
+QueryTrace traceSeq(std::uint64_t seq, Verdict v, const std::string& qname = "a.example.",
+                    const std::string& vmi = "ns/a") {
+  QueryTrace t = trace(vmi, v, qname);
+  t.seq = seq;
+  t.original_daddr = "10.96.0.10";
+  return t;
+}
+
+// The silent attempt at `first` and the answer from 10.96.0.10 that followed it `lost_ms` later.
+std::pair<QueryTrace, QueryTrace> failover(std::uint64_t silent_seq, std::uint64_t answer_seq,
+                                           const std::string& first = "10.96.0.99",
+                                           std::uint64_t lost_ms = 1000) {
+  QueryTrace a = traceSeq(silent_seq, Verdict::Unanswered);
+  a.original_daddr = first;
+  a.response_path.clear();
+  QueryTrace b = traceSeq(answer_seq, Verdict::SlowFailover);
+  b.failover_of = silent_seq;
+  b.failover_server = first;
+  b.failover_lost_ns = lost_ms * 1'000'000;
+  return {a, b};
+}
+
+GuestDnsStatus judged(Accounting& acc, const std::string& vmi = "ns/a") {
+  auto s = acc.summarize(std::chrono::system_clock::now(), 1, 4);
+  for (const auto& vm : s.summary.vms)
+    if (vm.vmi == vmi) return vm;
+  ADD_FAILURE() << "no window for " << vmi;
+  return {};
+}
+
+TEST(Accounting, WindowJudgesSinceTheNewestCleanAnswerAndCountsTheRest) {
   prometheus::Registry reg;
   Accounting acc(reg, {});
   acc.present({"ns/a"});
-  QueryTrace failed = trace("ns/a", Verdict::ServerError, "bad.example.");
-  failed.original_daddr = "10.96.0.10";  // the server the guest asked
-  acc.account({trace("ns/a", Verdict::Unanswered), trace("ns/a", Verdict::Answered), failed}, {});
+  QueryTrace failed = traceSeq(3, Verdict::ServerError, "bad.example.");
+  acc.account({traceSeq(1, Verdict::Unanswered), traceSeq(2, Verdict::Answered), failed}, {});
   auto s = acc.summarize(std::chrono::system_clock::now(), 1, 4);
   ASSERT_EQ(s.summary.vms.size(), 1u);
   EXPECT_EQ(s.summary.vms[0].vmi, "ns/a");
+  // The lost query came before the answer: recovered from; the SERVFAIL after it was not.
   EXPECT_EQ(s.summary.vms[0].state, GuestDnsState::ServerError);
   EXPECT_EQ(s.summary.vms[0].detail, "bad.example. A: error from 10.96.0.10");
+  EXPECT_EQ(s.summary.vms[0].server, "10.96.0.10");
   EXPECT_EQ(s.summary.vms[0].answered, 1u);
   EXPECT_EQ(s.summary.vms[0].failed, 2u);
   EXPECT_EQ(s.summary.queries_in_window, 3u);
@@ -66,6 +98,202 @@ TEST(Accounting, WindowJudgesByTheNewestVerdictAndCountsTheRest) {
   auto later = acc.summarize(std::chrono::system_clock::now() + std::chrono::seconds(301), 1, 4);
   EXPECT_TRUE(later.summary.vms.empty());
   EXPECT_TRUE(later.changed);
+}
+
+TEST(Accounting, EachVerdictStandsForItsState) {
+  const std::pair<Verdict, GuestDnsState> cases[] = {
+      {Verdict::Answered, GuestDnsState::Ok},
+      {Verdict::NotFound, GuestDnsState::Ok},  // not a cluster name: DNS data, not a failure
+      {Verdict::SlowFailover, GuestDnsState::SlowFailover},
+      {Verdict::TruncatedTcpFailed, GuestDnsState::TruncatedTcpFailed},
+      {Verdict::Refused, GuestDnsState::Refused},
+      {Verdict::ServerError, GuestDnsState::ServerError},
+      {Verdict::Unreachable, GuestDnsState::Unreachable},
+      {Verdict::ConnectionRefused, GuestDnsState::Unreachable},
+      {Verdict::Unanswered, GuestDnsState::NoResponse},
+      {Verdict::ServiceTranslationMissing, GuestDnsState::ServiceTranslationMissing}};
+  for (const auto& [verdict, state] : cases) {
+    prometheus::Registry reg;
+    Accounting acc(reg, {});
+    acc.present({"ns/a"});
+    acc.account({traceSeq(1, verdict)}, {});
+    EXPECT_EQ(judged(acc).state, state) << verdictName(verdict);
+  }
+  // Every finished verdict is covered.
+  EXPECT_EQ(std::size(cases), finishedVerdicts().size());
+  // NXDOMAIN for a name of the cluster's zones fails.
+  prometheus::Registry reg;
+  Accounting acc(reg, {});
+  acc.present({"ns/a"});
+  QueryTrace nx = traceSeq(1, Verdict::NotFound, "db.prod.svc.cluster.local");
+  nx.rcode = 3;
+  nx.cluster_name = true;
+  acc.account({nx}, {});
+  EXPECT_EQ(judged(acc).state, GuestDnsState::ClusterNameNotFound);
+  EXPECT_EQ(judged(acc).detail, "db.prod.svc.cluster.local A: NXDOMAIN from 10.96.0.10");
+}
+
+TEST(Accounting, TheWorstSinceTheLastCleanAnswerWinsAndAnAnswerClearsIt) {
+  prometheus::Registry reg;
+  Accounting acc(reg, {});
+  acc.present({"ns/a"});
+  acc.account({traceSeq(1, Verdict::Refused), traceSeq(2, Verdict::ServerError)}, {});
+  EXPECT_EQ(judged(acc).state, GuestDnsState::ServerError);
+  // A WARN after a FAIL does not hide it: the guest has not had a clean answer since.
+  QueryTrace unreach = traceSeq(3, Verdict::Unreachable, "u.example.");
+  acc.account({unreach, traceSeq(4, Verdict::SlowFailover)}, {});
+  EXPECT_EQ(judged(acc).state, GuestDnsState::Unreachable);
+  EXPECT_EQ(judged(acc).server, "10.96.0.10");
+  acc.account({traceSeq(5, Verdict::Answered)}, {});
+  EXPECT_EQ(judged(acc).state, GuestDnsState::Ok);
+  // A query that started before that answer and finishes after it (lost at the timeout): the
+  // guest got its answer after it, so it does not bring the failure back.
+  acc.account({traceSeq(4, Verdict::Unanswered, "late.example.")}, {});
+  EXPECT_EQ(judged(acc).state, GuestDnsState::Ok);
+  // Equal states: the newest query's detail.
+  acc.account({traceSeq(7, Verdict::Unanswered, "b.example."),
+               traceSeq(6, Verdict::Unanswered, "a.example.")},
+              {});
+  EXPECT_EQ(judged(acc).state, GuestDnsState::NoResponse);
+  EXPECT_EQ(judged(acc).detail.rfind("b.example. A: ", 0), 0u) << judged(acc).detail;
+  // A name that does not exist outside the cluster is an answer, but no clean one.
+  acc.account({traceSeq(8, Verdict::NotFound, "nope.example.")}, {});
+  EXPECT_EQ(judged(acc).state, GuestDnsState::NoResponse);
+}
+
+TEST(Accounting, ASilentAttemptThatWasFailedOverIsSlowFailoverInEitherOrder) {
+  // The answer first, the silent attempt at its timeout later (the usual order: the engine's
+  // timeout is longer than the resolver's).
+  {
+    prometheus::Registry reg;
+    Accounting acc(reg, {});
+    acc.present({"ns/a"});
+    auto [silent, answer] = failover(1, 2);
+    acc.account({answer}, {});
+    EXPECT_EQ(judged(acc).state, GuestDnsState::SlowFailover);
+    acc.account({silent}, {});
+    auto g = judged(acc);
+    EXPECT_EQ(g.state, GuestDnsState::SlowFailover);
+    EXPECT_EQ(g.server, "10.96.0.99");
+    EXPECT_EQ(g.failovers, 1u);
+    EXPECT_EQ(g.failover_lost_ns, 1'000'000'000u);
+    EXPECT_NE(g.detail.find("answered by 10.96.0.10 after 10.96.0.99 did not answer"),
+              std::string::npos)
+        << g.detail;
+  }
+  // The silent attempt first: no response, until the answer it was failed over to comes.
+  {
+    prometheus::Registry reg;
+    Accounting acc(reg, {});
+    acc.present({"ns/a"});
+    auto [silent, answer] = failover(1, 2);
+    acc.account({silent}, {});
+    EXPECT_EQ(judged(acc).state, GuestDnsState::NoResponse);
+    acc.account({answer}, {});
+    EXPECT_EQ(judged(acc).state, GuestDnsState::SlowFailover);
+    EXPECT_EQ(judged(acc).server, "10.96.0.99");
+  }
+  // Every lookup of a guest with a silent first nameserver: the time lost adds up, and a silent
+  // attempt that was never failed over still counts as lost.
+  {
+    prometheus::Registry reg;
+    Accounting acc(reg, {});
+    acc.present({"ns/a"});
+    std::vector<QueryTrace> batch;
+    for (std::uint64_t i = 0; i < 3; ++i) {
+      auto [silent, answer] = failover(10 + 2 * i, 11 + 2 * i, "10.96.0.99", 1000 + 500 * i);
+      // Interleaved: one lookup's answer before its silent attempt, the next one after.
+      if (i % 2) {
+        batch.push_back(answer);
+        batch.push_back(silent);
+      } else {
+        batch.push_back(silent);
+        batch.push_back(answer);
+      }
+    }
+    acc.account(std::move(batch), {});
+    auto g = judged(acc);
+    EXPECT_EQ(g.state, GuestDnsState::SlowFailover);
+    EXPECT_EQ(g.failovers, 3u);
+    EXPECT_EQ(g.failover_lost_ns, 4'500'000'000u);
+    QueryTrace alone = traceSeq(20, Verdict::Unanswered);
+    acc.account({alone}, {});
+    EXPECT_EQ(judged(acc).state, GuestDnsState::NoResponse);
+  }
+  // Another VMI's answer says nothing of this one's attempts.
+  {
+    prometheus::Registry reg;
+    Accounting acc(reg, {});
+    acc.present({"ns/a", "ns/b"});
+    auto [silent, answer] = failover(1, 2);
+    answer.vmi = "ns/b";
+    acc.account({answer, silent}, {});
+    EXPECT_EQ(judged(acc, "ns/a").state, GuestDnsState::NoResponse);
+    EXPECT_EQ(judged(acc, "ns/b").state, GuestDnsState::SlowFailover);
+  }
+}
+
+TEST(Accounting, ClusterNamesNotFoundFailUnlessTheNameWasAnsweredWithAnotherType) {
+  prometheus::Registry reg;
+  Accounting acc(reg, {});
+  acc.present({"ns/a"});
+  auto cluster = [](std::uint64_t seq, Verdict v, std::uint16_t qtype, std::uint8_t rcode) {
+    QueryTrace t = traceSeq(seq, v, "web.ngdns.svc.cluster.local");
+    t.cluster_name = true;
+    t.qtype = qtype;
+    if (v == Verdict::NotFound) t.rcode = rcode;
+    return t;
+  };
+  // An IPv4-only Service: A answered, AAAA NODATA after it (or before it): the name exists.
+  acc.account({cluster(2, Verdict::NotFound, 28, 0), cluster(1, Verdict::Answered, 1, 0)}, {});
+  EXPECT_EQ(judged(acc).state, GuestDnsState::Ok);
+  acc.account({cluster(4, Verdict::NotFound, 28, 0), cluster(3, Verdict::Answered, 1, 0)}, {});
+  EXPECT_EQ(judged(acc).state, GuestDnsState::Ok);
+  // NXDOMAIN is about the name, whatever was answered for it elsewhere: a wrong server.
+  acc.account({cluster(5, Verdict::NotFound, 1, 3)}, {});
+  EXPECT_EQ(judged(acc).state, GuestDnsState::ClusterNameNotFound);
+  // A search-list expansion that was NXDOMAIN and the lookup answered under the next domain.
+  acc.account({cluster(6, Verdict::Answered, 1, 0)}, {});
+  EXPECT_EQ(judged(acc).state, GuestDnsState::Ok);
+  // NODATA for a cluster name nothing answered.
+  QueryTrace srv = traceSeq(7, Verdict::NotFound, "_http._tcp.web.ngdns.svc.cluster.local");
+  srv.cluster_name = true;
+  srv.rcode = 0;
+  srv.qtype = 33;
+  acc.account({srv}, {});
+  EXPECT_EQ(judged(acc).state, GuestDnsState::ClusterNameNotFound);
+}
+
+// Servers whose path guests saw failing, for the prediction of VMIs that ask them first: keyed by
+// the address the guest asked, across VMIs, until a clean answer from that server.
+TEST(Accounting, ServersSeenFailingAcrossVmisUntilTheyAnswer) {
+  prometheus::Registry reg;
+  Accounting acc(reg, {});
+  acc.present({"ns/a", "ns/b", "ns/c"});
+  auto [silent, answer] = failover(1, 2, "10.96.0.99");
+  QueryTrace unreach = traceSeq(3, Verdict::Unreachable, "u.example.", "ns/b");
+  unreach.original_daddr = "10.96.0.53";
+  QueryTrace servfail = traceSeq(4, Verdict::ServerError, "s.example.", "ns/c");
+  servfail.original_daddr = "10.96.0.54";  // answers, with errors: its path works
+  acc.account({answer, silent, unreach, servfail}, {});
+  auto s = acc.summarize(std::chrono::system_clock::now(), 3, 12);
+  ASSERT_EQ(s.summary.failing_servers.size(), 2u);
+  EXPECT_EQ(s.summary.failing_servers[0].server, "10.96.0.53");
+  EXPECT_EQ(s.summary.failing_servers[0].state, GuestDnsState::Unreachable);
+  EXPECT_EQ(s.summary.failing_servers[0].vmi, "ns/b");
+  EXPECT_EQ(s.summary.failing_servers[1].server, "10.96.0.99");
+  EXPECT_EQ(s.summary.failing_servers[1].state, GuestDnsState::SlowFailover);
+  EXPECT_NE(s.summary.failing_servers[1].detail.find("did not answer"), std::string::npos);
+  // 10.96.0.10 answered the failover: not failing.
+  EXPECT_FALSE(acc.summarize(std::chrono::system_clock::now(), 3, 12).changed);
+  // 10.96.0.53 answers another VMI's query: it works again, and the summary says it changed.
+  QueryTrace ok = traceSeq(5, Verdict::Answered, "u.example.", "ns/c");
+  ok.original_daddr = "10.96.0.53";
+  acc.account({ok}, {});
+  s = acc.summarize(std::chrono::system_clock::now(), 3, 12);
+  ASSERT_EQ(s.summary.failing_servers.size(), 1u);
+  EXPECT_EQ(s.summary.failing_servers[0].server, "10.96.0.99");
+  EXPECT_TRUE(s.changed);
 }
 
 TEST(Accounting, WindowKeepsAtMostPerVmiEntries) {

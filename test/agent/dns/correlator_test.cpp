@@ -131,6 +131,45 @@ TEST(Correlator, NoErrorWithoutAnswerRecordsIsNodataNotFound) {
   EXPECT_EQ(*done[0].rcode, 0);
 }
 
+TEST(Correlator, ClusterNamesAreThoseUnderTheClusterDomainsOrKubernetesShaped) {
+  const std::vector<std::string> domains = {"cluster.local", "corp.example."};
+  EXPECT_TRUE(clusterName("db.prod.svc.cluster.local", domains));
+  EXPECT_TRUE(clusterName("DB.Prod.SVC.Cluster.Local.", domains));  // 0x20 case, absolute form
+  EXPECT_TRUE(clusterName("cluster.local", domains));
+  EXPECT_TRUE(clusterName("host.corp.example", domains));
+  EXPECT_FALSE(clusterName("notcluster.local", domains));  // a label boundary, not a suffix
+  EXPECT_FALSE(clusterName("www.example.com", domains));
+  EXPECT_FALSE(clusterName("www.example.com", {}));
+  // Kubernetes-shaped names under a domain nobody told nodegate of, and the search-list form.
+  EXPECT_TRUE(clusterName("db.prod.svc.k8s.example.net", {}));
+  EXPECT_TRUE(clusterName("db.prod.svc", {}));
+  EXPECT_FALSE(clusterName("svc", {}));
+  EXPECT_FALSE(clusterName("", domains));
+}
+
+TEST(Correlator, EachTraceSaysWhetherItAskedForAClusterName) {
+  Correlator c;
+  Q in_cluster;
+  in_cluster.qname = "db.prod.svc.cluster.local";
+  Q corp;
+  corp.id = 2;
+  corp.qname = "build.corp.example";
+  sendFull(c, in_cluster, 1 * kMs, 3);
+  sendFull(c, corp, 20 * kMs, 3);
+  auto done = c.expire(100 * kMs);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_TRUE(done[0].cluster_name);  // cluster.local until told otherwise
+  EXPECT_FALSE(done[1].cluster_name);
+  c.setClusterDomains({"corp.example"});
+  sendFull(c, in_cluster, 200 * kMs, 3);  // still Kubernetes-shaped
+  corp.id = 3;
+  sendFull(c, corp, 220 * kMs, 3);
+  done = c.expire(300 * kMs);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_TRUE(done[0].cluster_name);
+  EXPECT_TRUE(done[1].cluster_name);
+}
+
 TEST(Correlator, AAndAaaaWithTheSameIdStayDistinct) {
   Correlator c;
   Q a, aaaa;

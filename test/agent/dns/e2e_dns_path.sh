@@ -5,7 +5,8 @@
 #
 # Scenarios: healthy (DNAT in prerouting, like kube-proxy), the incident (DNAT only in the nat
 # output chain: translation for local sockets only), the incident with no route (a kernel drop
-# reason), a stopped server (ICMP port unreachable), a server that answers SERVFAIL.
+# reason), a stopped server (ICMP port unreachable), a server whose host drops DNS, a server that
+# answers SERVFAIL; after each, the guest's next answer clears the check.
 set -euo pipefail
 
 NODEGATE=${NODEGATE:?path of the nodegate binary}
@@ -176,8 +177,17 @@ check "incident without a route: the kernel drop reason is recorded at the host 
 python3 -c 'import json,sys; [print("drop reason:", t["drop_reason"]) for t in json.load(open(sys.argv[1]))["traces"] if t["qname"]=="noroute.example.test"]' $TMP/last.json || true
 ip -n $H route add default via 192.0.2.2
 
-# --- a server that does not answer ------------------------------------------------------------------
+# --- fixed: the guest's next answer clears what failed before it -----------------------------------
+# The check judges each guest by the worst query since its newest clean answer, so the incident's
+# FAIL stays until the guest gets one.
 service_nat healthy
+check "dns-path check still FAIL ServiceTranslationMissing until the guest gets an answer" \
+  wait_for 5 'j["status"]=="FAIL" and j["reason"]=="ServiceTranslationMissing"' /api/v1/checks/dns-path
+dig_guest @10.96.0.10 www.example.test A > /dev/null || true
+check "translation back, the guest answered: dns-path check PASS Ok" \
+  wait_for 10 'j["status"]=="PASS" and j["reason"]=="Ok"' /api/v1/checks/dns-path
+
+# --- a server that does not answer ------------------------------------------------------------------
 stop_pid $DNSMASQ
 AFTER=$(seq_now)
 ip netns exec $G dig +time=1 +tries=1 @10.96.0.10 silent.example.test A > /dev/null || true
@@ -186,8 +196,23 @@ check "stopped server: unreachable, port unreachable from the server, not a tran
   wait_for 10 'any(t["qname"]=="silent.example.test" and t["result"]=="unreachable" and t["last_hop"]=="server" and t["icmp"]["type"]=="port-unreachable" for t in j["traces"])' \
   "/api/v1/dns/traces?after=$AFTER"
 python3 -c 'import json,sys; [print("drop reason:", t["drop_reason"], "at", t["drop_hop"]) for t in json.load(open(sys.argv[1]))["traces"] if t["qname"]=="silent.example.test"]' $TMP/last.json || true
+check "dns-path check FAIL Unreachable, naming the server the guest asked" \
+  wait_for 10 'j["status"]=="FAIL" and j["reason"]=="Unreachable" and "10.96.0.10" in j["hint"] and any(e["source"]=="guest ngdns/vm1" and e["observed"].startswith("Unreachable: silent.example.test A: ICMP port-unreachable") for e in j["evidence"])' /api/v1/checks/dns-path
+
+# A lost query (no ICMP: the server's packets dropped) is NoResponse, worse than Unreachable.
+ip netns exec $D nft -f - <<'NFT'
+table inet ngdrop { chain input { type filter hook input priority 0; udp dport 53 drop; }; }
+NFT
+dig_guest @10.96.0.10 dropped.example.test A > /dev/null || true
 check "dns-path check FAIL NoResponse" \
-  wait_for 10 'j["status"]=="FAIL" and j["reason"]=="NoResponse"' /api/v1/checks/dns-path
+  wait_for 10 'j["status"]=="FAIL" and j["reason"]=="NoResponse" and "dropped.example.test" in j["message"]' /api/v1/checks/dns-path
+ip netns exec $D nft delete table inet ngdrop
+# The stand-in back for the clean answer that ends this failure.
+start_dnsmasq
+dig_guest @10.96.0.10 www.example.test A > /dev/null || true
+check "server back, the guest answered: dns-path check PASS Ok" \
+  wait_for 10 'j["status"]=="PASS" and j["reason"]=="Ok"' /api/v1/checks/dns-path
+stop_pid $DNSMASQ
 
 # --- a server that answers SERVFAIL ----------------------------------------------------------------
 ip netns exec $D python3 "$SRC/test/agent/dns/servfail_server.py" 10.244.0.3 53 &

@@ -124,6 +124,7 @@ TEST(DnsSection, DrawsHopsAndHighlightsTheLastSeen) {
 TEST(TraceJson, FailureVerdictsCarryTheirEvidenceAndAHint) {
   QueryTrace nx = answered();
   nx.qname = "db.prod.svc.cluster.local";
+  nx.cluster_name = true;  // what the engine decides (clusterName(), correlator_test)
   nx.rcode = 3;
   nx.verdict = Verdict::NotFound;
   auto j = traceJson(nx, {});

@@ -96,7 +96,7 @@ class ApiBudget(unittest.TestCase):
             p = r["path"]
             if "/persistentvolumes" in p:
                 return "pv"
-            if "/configmaps/" in p or "/endpointslices" in p:
+            if "/configmaps/" in p or "/endpointslices" in p or "/services/" in p:
                 return "cluster-dns"
             if p == "/api/v1/pods":
                 return "pods"  # the gate's pod view: its list and its watches

@@ -465,9 +465,38 @@ TEST(ClusterDnsRead, EndpointSlices) {
   EXPECT_EQ(f.endpoints_read, ApiRead::Forbidden);
 }
 
+TEST(ClusterDnsRead, TheDnsServicesClusterIps) {
+  ClusterDnsOptions o;
+  ClusterDnsFacts f;
+  // Dual stack: clusterIPs in the Service's order (the first is what kubelet puts first).
+  readDnsService(reply(200, R"({"kind":"Service","spec":{"clusterIP":"10.96.0.10",
+      "clusterIPs":["10.96.0.10","FD00:96::0A"],"ports":[{"port":53}]}})"),
+                 o, f);
+  ASSERT_EQ(f.service_read, ApiRead::Ok) << f.service_detail;
+  EXPECT_EQ(f.service_ips, (std::vector<std::string>{"10.96.0.10", "fd00:96::a"}));
+  EXPECT_NE(f.service_detail.find("service kube-system/kube-dns"), std::string::npos);
+  // An old server: clusterIP alone.
+  readDnsService(reply(200, R"({"spec":{"clusterIP":"10.96.0.10"}})"), o, f);
+  EXPECT_EQ(f.service_ips, (std::vector<std::string>{"10.96.0.10"}));
+  // Headless: read, no address.
+  readDnsService(reply(200, R"({"spec":{"clusterIP":"None","clusterIPs":["None"]}})"), o, f);
+  EXPECT_EQ(f.service_read, ApiRead::Ok);
+  EXPECT_TRUE(f.service_ips.empty());
+  EXPECT_NE(f.service_detail.find("headless"), std::string::npos);
+  readDnsService(reply(200, R"({"spec":7})"), o, f);
+  EXPECT_EQ(f.service_read, ApiRead::Failed);
+  EXPECT_TRUE(f.service_ips.empty());
+  readDnsService(reply(403, R"({"kind":"Status","message":"forbidden"})"), o, f);
+  EXPECT_EQ(f.service_read, ApiRead::Forbidden);
+  EXPECT_NE(f.service_detail.find("rbac.readDnsEndpoints"), std::string::npos) << f.service_detail;
+  readDnsService(reply(404, "{}"), o, f);
+  EXPECT_EQ(f.service_read, ApiRead::NotFound);
+}
+
 TEST(ClusterDnsRead, PathsAreEscaped) {
   ClusterDnsOptions o;
   EXPECT_EQ(ciliumConfigPath(o), "/api/v1/namespaces/kube-system/configmaps/cilium-config");
+  EXPECT_EQ(dnsServicePath(o), "/api/v1/namespaces/kube-system/services/kube-dns");
   EXPECT_EQ(dnsEndpointSlicesPath(o),
             "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices?labelSelector="
             "kubernetes.io%2Fservice-name%3Dkube-dns");

@@ -73,5 +73,48 @@ TEST(PodLedger, ViewsAndChanges) {
   EXPECT_FALSE(l.apply("ADDED", json::array()));
 }
 
+// KubeVirt copies the VMI's dnsPolicy and dnsConfig to its launcher pod (the captured pod has the
+// default, ClusterFirst): the pod says where its guest asks first.
+TEST(PodLedger, LauncherPodsGiveEachVmiItsDnsConfiguration) {
+  auto c = launcherDnsConfig(fixture("virt-launcher-pod.json"));
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->vmi, "default/cat8kv-01");  // the VirtualMachineInstance owning the pod
+  EXPECT_EQ(c->dns_policy, "ClusterFirst");
+  EXPECT_TRUE(c->nameservers.empty());
+  EXPECT_FALSE(launcherDnsConfig(fixture("virt-handler-pod.json")));
+  EXPECT_FALSE(launcherDnsConfig(json::array()));
+
+  json none = launcher("custom");
+  none["metadata"]["ownerReferences"][0]["name"] = "vm-custom";
+  none["spec"]["dnsPolicy"] = "None";
+  none["spec"]["dnsConfig"] = {{"nameservers", {"10.96.0.99", "8.8.8.8", 7}},
+                               {"searches", {"example.com"}}};
+  c = launcherDnsConfig(none);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->vmi, "default/vm-custom");
+  EXPECT_EQ(c->dns_policy, "None");
+  EXPECT_EQ(c->nameservers, (std::vector<std::string>{"10.96.0.99", "8.8.8.8"}));  // 7: no string
+  // Without an owner reference, the domain label names the VMI.
+  json orphan = launcher("orphan");
+  orphan["metadata"].erase("ownerReferences");
+  orphan["metadata"]["labels"]["kubevirt.io/domain"] = "vm-orphan";
+  ASSERT_TRUE(launcherDnsConfig(orphan));
+  EXPECT_EQ(launcherDnsConfig(orphan)->vmi, "default/vm-orphan");
+
+  PodLedger l;
+  json done = launcher("done", "Succeeded");
+  done["metadata"]["ownerReferences"][0]["name"] = "vm-done";
+  // A migration's target pod of the same VMI next to its source: one VMI.
+  l.replace({launcher("a"), launcher("a-target"), none, done, fixture("virt-handler-pod.json")});
+  auto vmis = l.vmiDns();
+  ASSERT_EQ(vmis.size(), 2u);
+  EXPECT_EQ(vmis[0].vmi, "default/cat8kv-01");
+  EXPECT_EQ(vmis[1].vmi, "default/vm-custom");
+  // A change of the DNS configuration is a change of the view.
+  none["spec"]["dnsConfig"]["nameservers"] = {"10.96.0.10"};
+  EXPECT_TRUE(l.apply("MODIFIED", none));
+  EXPECT_EQ(l.vmiDns()[1].nameservers, (std::vector<std::string>{"10.96.0.10"}));
+}
+
 }  // namespace
 }  // namespace nodegate::kube
