@@ -233,9 +233,8 @@ inline const ProbeSpec kDnsPathSpec{
                  &kDnsPathCiliumConfigMapSetting, &kDnsPathDnsNamespaceSetting,
                  &kDnsPathCorefileConfigMapSetting, &kDnsPathNodeLocalConfigMapSetting,
                  &kDnsPathDnsServiceSetting, &kDnsPathClusterDomainSetting,
-                 &kDnsPathServerProcessesSetting,
-                 &kDnsPathQueryTimeoutSetting, &kDnsPathWindowSetting, &kDnsPathRescanSetting,
-                 &kDnsPathRescanWithEventsSetting},
+                 &kDnsPathServerProcessesSetting, &kDnsPathQueryTimeoutSetting,
+                 &kDnsPathWindowSetting, &kDnsPathRescanSetting, &kDnsPathRescanWithEventsSetting},
 };
 
 class DnsPathProbe final : public Probe {

@@ -363,8 +363,9 @@ Accounting::Summary Accounting::summarize(std::chrono::system_clock::time_point 
 }
 
 // Called with mu_ held, on windows trimmed to the present. A server is failing when a query to it
-// was lost, unreachable or untranslated, a node-local cache that is down, or it was the silent first server of a slow failover,
-// after its newest clean answer (by seq: the engine numbers every VM's queries in one sequence).
+// was lost, unreachable or untranslated, a node-local cache that is down, or it was the silent
+// first server of a slow failover, after its newest clean answer (by seq: the engine numbers every
+// VM's queries in one sequence).
 std::vector<DnsPathSummary::FailingServer> Accounting::failingServers() const {
   auto path_failure = [](GuestDnsState st) {
     return st == GuestDnsState::NodeLocalCacheDown ||

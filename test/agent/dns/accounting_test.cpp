@@ -111,7 +111,8 @@ TEST(Accounting, EachVerdictStandsForItsState) {
       {Verdict::Unreachable, GuestDnsState::Unreachable},
       {Verdict::ConnectionRefused, GuestDnsState::Unreachable},
       {Verdict::Unanswered, GuestDnsState::NoResponse},
-      {Verdict::ServiceTranslationMissing, GuestDnsState::ServiceTranslationMissing}};
+      {Verdict::ServiceTranslationMissing, GuestDnsState::ServiceTranslationMissing},
+      {Verdict::NodeLocalCacheDown, GuestDnsState::NodeLocalCacheDown}};
   for (const auto& [verdict, state] : cases) {
     prometheus::Registry reg;
     Accounting acc(reg, {});
@@ -294,6 +295,15 @@ TEST(Accounting, ServersSeenFailingAcrossVmisUntilTheyAnswer) {
   ASSERT_EQ(s.summary.failing_servers.size(), 1u);
   EXPECT_EQ(s.summary.failing_servers[0].server, "10.96.0.99");
   EXPECT_TRUE(s.changed);
+  // A node-local cache that is down fails every VMI that asks it first.
+  QueryTrace cache = traceSeq(6, Verdict::NodeLocalCacheDown, "c.example.", "ns/a");
+  cache.original_daddr = "169.254.20.10";
+  acc.account({cache}, {});
+  s = acc.summarize(std::chrono::system_clock::now(), 3, 12);
+  ASSERT_EQ(s.summary.failing_servers.size(), 2u);
+  EXPECT_EQ(s.summary.failing_servers[0].server, "10.96.0.99");
+  EXPECT_EQ(s.summary.failing_servers[1].server, "169.254.20.10");
+  EXPECT_EQ(s.summary.failing_servers[1].state, GuestDnsState::NodeLocalCacheDown);
 }
 
 TEST(Accounting, WindowKeepsAtMostPerVmiEntries) {

@@ -174,9 +174,9 @@ TEST(DnsPathEval, TracerVerdictsDecide) {
 
   // The node-local cache down is the cause to name first: every guest pointed at it fails.
   in.tracer = summaryWith(
-      {{"ns/d", GuestDnsState::ServiceTranslationMissing, "last seen at host-out", 0, 2},
-       {"ns/e", GuestDnsState::NodeLocalCacheDown,
-        "x.example A: node-local DNS cache 169.254.20.10 is not serving", 0, 2}});
+      {guest("ns/d", GuestDnsState::ServiceTranslationMissing, "last seen at host-out", 0, 2),
+       guest("ns/e", GuestDnsState::NodeLocalCacheDown,
+             "x.example A: node-local DNS cache 169.254.20.10 is not serving", 0, 2)});
   r = evaluateDnsPath(in);
   EXPECT_EQ(r.status, Status::Fail);
   EXPECT_EQ(r.reason, "NodeLocalCacheDown");
@@ -196,7 +196,8 @@ TEST(DnsPathEval, EveryGuestStateHasItsReasonStatusAndHint) {
       {GuestDnsState::ClusterNameNotFound, Status::Fail},
       {GuestDnsState::Unreachable, Status::Fail},
       {GuestDnsState::NoResponse, Status::Fail},
-      {GuestDnsState::ServiceTranslationMissing, Status::Fail}};
+      {GuestDnsState::ServiceTranslationMissing, Status::Fail},
+      {GuestDnsState::NodeLocalCacheDown, Status::Fail}};
   std::set<std::string> reasons;
   for (const auto& [state, status] : cases) {
     DnsPathInputs in;
