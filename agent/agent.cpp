@@ -213,6 +213,11 @@ int runAgent(const Options& opts) {
   runner->addPublisher(std::make_shared<MetricsPublisher>(registry));
   runner->addPublisher(kube->publisher);
   wireKubeVirtFacts(kube->kubevirt.get(), runner);
+  // New cluster DNS facts (the Service's address a ClusterFirst VMI asks first, the node-local
+  // cache's) re-run dns-path at once. Weak, as for the KubeVirt facts: the runner holds the board.
+  cluster_dns->onChange([weak = std::weak_ptr<Runner>(runner)] {
+    if (auto r = weak.lock()) r->trigger(kTriggerDns);
+  });
   ProcessMetrics process(*registry, HostRoot("/"));
 
   PageSections sections;

@@ -7,7 +7,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -127,6 +129,21 @@ struct ClusterDnsFacts {
 class ClusterDnsBoard final : public Board<ClusterDnsFacts> {
  public:
   std::optional<ClusterDnsFacts> facts() const { return get(); }
+  // The reader calls changed() after a publish that says something new (the Service's address,
+  // the node-local cache's, a ConfigMap read or refused), on its own thread; the agent re-runs
+  // dns-path then instead of at the next resync. fn must be short and must not block.
+  void onChange(std::function<void()> fn) {
+    std::lock_guard lock(listener_mu_);
+    listener_ = std::move(fn);
+  }
+  void changed() const {
+    std::lock_guard lock(listener_mu_);
+    if (listener_) listener_();
+  }
+
+ private:
+  mutable std::mutex listener_mu_;
+  std::function<void()> listener_;
 };
 
 // --- each VMI's DNS configuration, from its virt-launcher pod (agent/kube/pod_source.h) -----

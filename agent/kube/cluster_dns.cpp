@@ -216,10 +216,13 @@ void ClusterDnsSource::loop() {
   while (!stop_.stopped()) {
     ClusterDnsFacts f = fetchClusterDns(api_, o_);
     if (stop_.stopped()) return;
-    if (!last || last->cilium_detail != f.cilium_detail ||
+    const bool changed =
+        !last || last->cilium_detail != f.cilium_detail ||
         last->endpoints_detail != f.endpoints_detail ||
         last->corefile_detail != f.corefile_detail || last->service_detail != f.service_detail ||
-        last->nodelocal_detail != f.nodelocal_detail) {
+        last->nodelocal_detail != f.nodelocal_detail || last->service_ips != f.service_ips ||
+        last->nodelocal_addresses != f.nodelocal_addresses;
+    if (changed) {
       auto level = f.cilium_read == ApiRead::Forbidden || f.cilium_read == ApiRead::Failed ||
                            f.endpoints_read != ApiRead::Ok
                        ? log::Level::Warn
@@ -232,6 +235,7 @@ void ClusterDnsSource::loop() {
                   {"node_local_dns", f.nodelocal_detail}});
     }
     board_->publish(f);
+    if (changed) board_->changed();
     last = std::move(f);
     double period = static_cast<double>(std::max<long long>(1, o_.refresh.count())) *
                     std::uniform_real_distribution<double>(0.9, 1.1)(rng);

@@ -77,12 +77,12 @@ YAML
 }
 launcher_pod vm1 ClusterFirst
 launcher_pod vm2 None 10.96.0.99
-# No startup jitter: the cluster's DNS facts (the Service's address) are read at once, before the
-# first guest query re-runs dns-path (a change of those facts alone waits for the next resync).
+# The startup jitter (up to 5 s here) delays the read of the cluster's DNS facts (the Service's
+# address) past dns-path's first runs; their arrival must re-run it, well before the 30 s resync.
 cat > $TMP/config.json <<JSON
 {"checks": {"dns-path": {"query_timeout_seconds": 1.5, "rescan_seconds": 0.5,
                          "server_processes": ["dnsmasq"]},
-            "kube": {"startup_jitter_seconds": 0}}}
+            "kube": {"startup_jitter_seconds": 5}}}
 JSON
 # Only the host side of the launcher is given: the server's netns must come from the API.
 start_agent() {  # kubeconfig log metrics-port debug-port
