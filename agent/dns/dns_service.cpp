@@ -101,6 +101,9 @@ struct DnsService::Impl {
     std::atomic<std::uint64_t> process{0}, netns_links{0}, host_links{0}, lost{0}, servers{0};
   } asked;
   std::atomic<std::uint64_t> rescans{0}, event_rescans{0}, full_rescans{0}, netns_listed{0};
+  // Wall time of the passes, from the pass's start to its attachments and accounting done:
+  // what a pass costs apart from whoever polls the API meanwhile (docs/benchmarks/density.md).
+  std::atomic<std::uint64_t> pass_ns{0};
   // The kept views: a pass re-reads what its events named. The worker's (and rescanNow()'s).
   std::mutex pass_mu;
   HopDiscovery discovery;
@@ -259,6 +262,7 @@ DnsServerHints DnsService::Impl::serverHints() const {
 // accounting.
 void DnsService::Impl::rescan(const DiscoveryWork& work) {
   std::lock_guard pass(pass_mu);
+  const auto t0 = std::chrono::steady_clock::now();
   ++rescans;
   DiscoveryResult found = discovery.update(work, serverHints());
   full_rescans = discovery.fullPasses();
@@ -287,8 +291,13 @@ void DnsService::Impl::rescan(const DiscoveryWork& work) {
   std::set<std::string> present;
   for (const auto& d : found.devices) present.insert(d.vmi);
   accounting.present(present);
-  std::lock_guard lock(vmis_mu);
-  vmis = std::move(present);
+  {
+    std::lock_guard lock(vmis_mu);
+    vmis = std::move(present);
+  }
+  pass_ns += static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
 }
 
 // Publishes the probe's summary; true when some guest's state or the number of guests changed
@@ -362,6 +371,7 @@ TracerFacts DnsService::Impl::facts() const {
   f.event_rescans = event_rescans;
   f.full_rescans = full_rescans;
   f.netns_listed = netns_listed;
+  f.pass_seconds = static_cast<double>(pass_ns.load()) / 1e9;
   f.asked_by = {{"process", asked.process},
                 {"netns_links", asked.netns_links},
                 {"host_links", asked.host_links},
@@ -477,7 +487,8 @@ DnsServiceConfig serviceConfig(const AgentServices& s) {
 }
 
 // The tracer --dns-trace asks for, or why there is none.
-std::unique_ptr<DnsTracer> openTracer(const std::string& mode, std::string* why) {
+std::unique_ptr<DnsTracer> openTracer(const std::string& mode, std::size_t ring_bytes,
+                                      std::string* why) {
   if (mode == "off") {
     *why = "disabled by --dns-trace=off";
     return nullptr;
@@ -487,6 +498,7 @@ std::unique_ptr<DnsTracer> openTracer(const std::string& mode, std::string* why)
     return nullptr;
   }
   TracerOptions to;
+  to.ring_bytes = ring_bytes;
   to.procfs = HostRoot("/").proc();  // the tracer's own netns, not --host-root's
   auto t = DnsTracer::open(to);
   if (t) return std::move(t).value();
@@ -499,7 +511,7 @@ std::unique_ptr<DnsTracer> openTracer(const std::string& mode, std::string* why)
 Result<std::unique_ptr<Extension>> startDnsTracer(AgentServices& s) {
   const std::string mode = s.options.dns_trace;
   std::string why;
-  std::unique_ptr<DnsTracer> tracer = openTracer(mode, &why);
+  std::unique_ptr<DnsTracer> tracer = openTracer(mode, s.options.dns_ring_kib << 10, &why);
   if (!tracer) {
     if (mode == "on")
       log::error("dns tracer not started", {{"reason", why}});

@@ -1,6 +1,7 @@
 #include "loop/runner.h"
 
 #include <pthread.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +18,13 @@ namespace nodegate {
 namespace {
 
 constexpr double kDeadlineGraceSeconds = 1;
+
+// CPU time of the calling thread, in seconds (0 where the clock cannot be read).
+double threadCpuSeconds() {
+  timespec ts{};
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
 
 std::string fmtSeconds(double s) {
   char buf[32];
@@ -97,6 +105,7 @@ struct Runner::Batch {
   // Guarded by sync->mu:
   std::size_t next = 0;  // runs before it have started
   bool closed = false;   // shutdown: take no more runs
+  double cpu_s = 0;      // CPU of the runs that returned, on their threads
 
   static void drain(const std::shared_ptr<Batch>& self) {
     for (;;) {
@@ -110,9 +119,12 @@ struct Runner::Batch {
       }
       self->sync->cv.notify_all();
       ProbeContext ctx{run.w->host, *self->cfg};
+      const double cpu0 = threadCpuSeconds();
       CheckResult r = runProbe(*run.w->probe, ctx);
+      const double cpu = threadCpuSeconds() - cpu0;
       {
         std::lock_guard l(self->sync->mu);
+        self->cpu_s += cpu;
         run.w->busy = false;
         run.w->done_id = run.id;
         run.w->done_result = std::move(r);
@@ -159,6 +171,18 @@ Runner::Runner(ProbeList probes, HostRoot host, Config config, RunnerOptions opt
                          .Help("Probe cycles the agent loop completed.")
                          .Register(reg)
                          .Add({});
+    cycle_seconds_total_ =
+        &prometheus::BuildCounter()
+             .Name("nodegate_agent_cycle_seconds_total")
+             .Help("Wall time of the completed probe cycles: probe runs, state and publishing.")
+             .Register(reg)
+             .Add({});
+    cycle_cpu_seconds_total_ =
+        &prometheus::BuildCounter()
+             .Name("nodegate_agent_cycle_cpu_seconds_total")
+             .Help("CPU time of the completed probe cycles: the probes' threads and the loop's.")
+             .Register(reg)
+             .Add({});
   }
 }
 
@@ -269,7 +293,8 @@ void Runner::loop() {
 }
 
 std::optional<std::vector<CheckResult>> Runner::runProbes(std::uint32_t bits,
-                                                          std::shared_ptr<const Config> cfg) {
+                                                          std::shared_ptr<const Config> cfg,
+                                                          double* probe_cpu_s) {
   const bool all = (bits & kTriggerTimer) != 0;
   auto batch = std::make_shared<Batch>();
   batch->sync = sync_;
@@ -301,6 +326,10 @@ std::optional<std::vector<CheckResult>> Runner::runProbes(std::uint32_t bits,
     }
   }
   if (!awaitBatch(batch, jobs)) return std::nullopt;  // a half cycle is not published at shutdown
+  if (probe_cpu_s) {
+    std::lock_guard l(sync_->mu);
+    *probe_cpu_s = batch->cpu_s;  // a run abandoned at its deadline counts nothing
+  }
   for (auto& j : jobs) immediate.push_back(std::move(*j.result));
   return immediate;
 }
@@ -384,8 +413,14 @@ std::vector<CheckResult> Runner::runOnce() {
 
 void Runner::runCycle(std::uint32_t bits) {
   std::lock_guard cycle(cycle_mu_);
+  // The cycle's cost as the agent itself sees it, whatever the scheduler does with its threads
+  // (the CPU figure) and as a caller waits for it (the wall figure): docs/benchmarks/density.md
+  // compares them at 1 and 100 VMs.
+  const auto wall0 = Clock::now();
+  const double cpu0 = threadCpuSeconds();
   auto cfg = config();
-  auto results = runProbes(bits, cfg);
+  double probe_cpu_s = 0;
+  auto results = runProbes(bits, cfg, &probe_cpu_s);
   if (!results) return;
 
   auto now = std::chrono::system_clock::now();
@@ -405,9 +440,13 @@ void Runner::runCycle(std::uint32_t bits) {
     snapshot_ = snap;
     last_cycle_ = Clock::now();
   }
-  ++cycles_;
-  if (cycles_total_) cycles_total_->Increment();
   publish(snap);
+  ++cycles_;
+  if (cycles_total_) {
+    cycles_total_->Increment();
+    cycle_seconds_total_->Increment(std::chrono::duration<double>(Clock::now() - wall0).count());
+    cycle_cpu_seconds_total_->Increment(probe_cpu_s + threadCpuSeconds() - cpu0);
+  }
 }
 
 void Runner::record(const CheckResult& r, std::chrono::system_clock::time_point now,

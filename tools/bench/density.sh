@@ -16,14 +16,17 @@
 # the reference footprint. Prints Markdown (tools/bench/density_report.py; docs/benchmarks/density.md
 # keeps the figures).
 #
-# Usage (root; it builds netns and binds ports, so under the suite lock):
-#   flock -o /work/.locks/suite tools/bench/density.sh [BUILD_DIR]
+# Usage (root; a benchmark: under the bench lock, so two benchmarks never share the machine):
+#   flock -o /work/.locks/bench tools/bench/density.sh [BUILD_DIR]
 #   tools/bench/density.sh --check [BUILD_DIR]   the functional test CI runs (dns_density_e2e):
 #       100 replicas traced, DNS from every guest seen, CYCLES=10 create/destroy cycles, all torn
 #       down, and nothing left behind (fds, tc filters, map entries); exits 1 on any failure.
 # Settings (environment): SIZES="1 10 50 100" BG_PROCS=300 MANY_PROCS=2000 IDLE_SECS=60
 #   LOAD_SECS=10 RATES="12500 25000" (queries/s in total over all guests) CYCLES=1000
-#   LATENCY_REPEATS=10 CYCLE_SIGHUPS=10. Ports 19740-19742.
+#   LATENCY_REPEATS=10 CYCLE_SIGHUPS=10; the ring phase (at the largest size, one agent per ring
+#   size and repeat, interleaved): RING_KIBS="512 2048" RING_RATES="25000 50000" RING_REPEATS=2
+#   (RING_KIBS="" skips it); ANSWERER=answer (tools/bench/dns_answer.c, recvmmsg/sendmmsg) or
+#   dnsmasq (what the runs before 2026-12-02's second session answered with). Ports 19740-19742.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 MODE=bench
@@ -34,19 +37,22 @@ PORT_METRICS=19740 PORT_DEBUG=19741 NE_PORT=19742
 if [ $MODE = check ]; then
   SIZES=${SIZES:-100} BG_PROCS=${BG_PROCS:-300} MANY_PROCS=${MANY_PROCS:-0} IDLE_SECS=${IDLE_SECS:-0}
   LOAD_SECS=${LOAD_SECS:-3} RATES=${RATES:-3000} CYCLES=${CYCLES:-10} LATENCY_REPEATS=${LATENCY_REPEATS:-3}
-  CYCLE_SIGHUPS=${CYCLE_SIGHUPS:-0}
+  CYCLE_SIGHUPS=${CYCLE_SIGHUPS:-0} RING_KIBS=${RING_KIBS-}
 fi
 SIZES=${SIZES:-1 10 50 100} BG_PROCS=${BG_PROCS:-300} MANY_PROCS=${MANY_PROCS:-2000}
 IDLE_SECS=${IDLE_SECS:-60} LOAD_SECS=${LOAD_SECS:-10} RATES=${RATES:-12500 25000}
 CYCLES=${CYCLES:-1000} LATENCY_REPEATS=${LATENCY_REPEATS:-10} CYCLE_SIGHUPS=${CYCLE_SIGHUPS:-10}
+RING_KIBS=${RING_KIBS-512 2048} RING_RATES=${RING_RATES:-25000 50000} RING_REPEATS=${RING_REPEATS:-2}
+ANSWERER=${ANSWERER:-answer}
 
 source "$SRC/test/agent/dns/topology.sh"
 topo_require ip tc nft dnsmasq bpftool cc python3 curl
 [ -x "$NODEGATE" ] || { echo "FAIL: no $NODEGATE (build first)"; exit 1; }
 NODE_EXPORTER=$(command -v prometheus-node-exporter || true)
 [ $MODE = check ] || [ -n "$NODE_EXPORTER" ] || { echo "FAIL: missing prometheus-node-exporter (tools/install-deps.sh)"; exit 1; }
-BLAST=$TMP/dns_blast
+BLAST=$TMP/dns_blast ANSWER=$TMP/dns_answer
 cc -O2 -Wall -o "$BLAST" "$SRC/tools/bench/dns_blast.c"
+cc -O2 -Wall -pthread -o "$ANSWER" "$SRC/tools/bench/dns_answer.c"
 
 # The meter (tools/bench/density_meter.py) answers one JSON line per command.
 coproc METER { exec python3 "$SRC/tools/bench/density_meter.py" $PORT_DEBUG $PORT_METRICS; }
@@ -72,7 +78,15 @@ topo_node() {
   trap topo_cleanup EXIT
   node_up
   service_nat healthy
-  start_dnsmasq
+  if [ "$ANSWERER" = dnsmasq ]; then start_dnsmasq; else start_answerer; fi
+}
+# start_answerer: tools/bench/dns_answer.c where dnsmasq would listen (the CoreDNS stand-in's
+# address, behind the ClusterIP translation), two threads: dnsmasq fell behind the offered rate.
+start_answerer() {
+  ip netns exec $D "$ANSWER" 10.244.0.3 53 2 > $TMP/answer.json 2> $TMP/answer.log &
+  PIDS+=($!)
+  for _ in $(seq 50); do ip netns exec $D ss -lun | grep -q '10.244.0.3:53' && return 0; sleep 0.1; done
+  echo "FAIL: dns_answer did not start"; cat $TMP/answer.log; exit 1
 }
 REPLICAS=0
 grow_to() {  # N: replicas 1..N up, each with its virt-launcher
@@ -90,9 +104,9 @@ spawn_procs() {  # N: unrelated processes (sleepers) until the host has N proces
 }
 
 AGENT=
-start_agent() {
+start_agent() {  # [RING_KIB]
   echo '{}' > $TMP/empty.json
-  "$NODEGATE" agent --kube none --listen 127.0.0.1:$PORT_METRICS --debug-listen 127.0.0.1:$PORT_DEBUG \
+  "$NODEGATE" agent --kube none --dns-ring-kib ${1:-512} --listen 127.0.0.1:$PORT_METRICS --debug-listen 127.0.0.1:$PORT_DEBUG \
     --dns-trace on --dns-netns /run/netns/$H --dns-netns /run/netns/$D --config $TMP/empty.json \
     --log-level ${AGENT_LOG_LEVEL:-warn} > $TMP/agent.log 2>&1 &
   AGENT=$!
@@ -112,13 +126,21 @@ print(f\"{b['cpu_s']-a['cpu_s']:.3f} {b['switches']-a['switches']} {$EPOCHREALTI
 }
 
 # cycle_window: cpu_window over CYCLE_SIGHUPS full probe cycles, one a second (SIGHUP reloads the
-# config and the runner re-runs every probe). The signals come from a background subshell that
-# never talks to the meter: a subshell has no coproc fds.
+# config and the runner re-runs every probe), then the agent's own account of the cycles in the
+# window (nodegate_agent_cycle{,_cpu}_seconds_total over nodegate_agent_cycles_total): prints
+# "cpu_s switches wall_s cycles cycle_wall_s cycle_cpu_s". The signals come from a background
+# subshell that never talks to the meter: a subshell has no coproc fds.
 cycle_window() {
+  local a b w
+  a=$(meter cycle)
   (for ((k = 0; k < CYCLE_SIGHUPS; k++)); do sleep 1; kill -HUP $AGENT; done) &
   local hups=$!
-  cpu_window $((CYCLE_SIGHUPS + 1))
+  w=$(cpu_window $((CYCLE_SIGHUPS + 1)))
   wait $hups
+  sleep 0.5  # the last cycle finishes
+  b=$(meter cycle)
+  python3 -c "import json,sys; a,b=json.loads(sys.argv[1]),json.loads(sys.argv[2])
+print(sys.argv[3], int(b['cycles']-a['cycles']), round(b['wall_s']-a['wall_s'], 6), round(b['cpu_s']-a['cpu_s'], 6))" "$a" "$b" "$w"
 }
 
 # check_wall: the median wall time of three `nodegate check` runs (null in --check mode).
@@ -233,7 +255,14 @@ measure_latency() {
   done
   local c1; c1=$(meter cpu $AGENT)
   local d1; d1=$(meter discovery)
-  record "{\"kind\":\"latency_cost\",\"n\":$n,\"cpu_s\":$(python3 -c "print(round($(jget "$c1" cpu_s) - $(jget "$c0" cpu_s), 3))"),\"disc0\":$d0,\"disc1\":$d1}"
+  # The meter's polling alone, as it polls while it waits for an arrival or a departure: the
+  # same request (a traced VMI's path) every 5 ms for POLL_SECS with no VM coming or going.
+  local poll_s=2 p0 p1
+  replica_names 1
+  p0=$(meter cpu $AGENT)
+  meter wait_vmi ngdns/$RVM 99 $poll_s $EPOCHREALTIME > /dev/null
+  p1=$(meter cpu $AGENT)
+  record "{\"kind\":\"latency_cost\",\"n\":$n,\"cpu_s\":$(python3 -c "print(round($(jget "$c1" cpu_s) - $(jget "$c0" cpu_s), 3))"),\"disc0\":$d0,\"disc1\":$d1,\"poll_s\":$poll_s,\"poll_cpu_s\":$(python3 -c "print(round($(jget "$p1" cpu_s) - $(jget "$p0" cpu_s), 3))")}"
 }
 
 # measure_cycles N: CYCLES create/destroy cycles beside N traced VMs.
@@ -309,6 +338,34 @@ if [ "$MANY_PROCS" != 0 ]; then
   idle=$(cpu_window $((IDLE_SECS > 0 ? IDLE_SECS / 2 : 1)))
   check_s=$(check_wall)
   record "{\"kind\":\"many_procs\",\"n\":$last,\"procs\":$(meter procs),\"cycle\":\"$cycle\",\"sighups\":$CYCLE_SIGHUPS,\"idle\":\"$idle\",\"check_s\":$check_s,\"dnspath_s\":$(meter metric nodegate_check_duration_seconds check=dns-path)}"
+fi
+
+# Events lost against the ring's size under DNS load over every guest: one agent per ring size
+# and repeat, the sizes interleaved so each sees the same machine; the poll thread's wakeups are
+# the agent's context switches over the load (every thread's: the poller's dominate under load).
+if [ -n "$RING_KIBS" ]; then
+  stop_agent
+  netns=()
+  for ((i = 1; i <= last; i++)); do replica_names $i; netns+=(/run/netns/$RG); done
+  for ((rep = 1; rep <= RING_REPEATS; rep++)); do
+    for kib in $RING_KIBS; do
+      start_agent $kib
+      [ "$(meter wait_hops $last 120)" != -1 ] || log "ring $kib KiB: not every launcher traced"
+      sleep 2
+      for rate in $RING_RATES; do
+        s0=$(meter tracer); c0=$(meter cpu $AGENT)
+        out=$("$BLAST" 10.96.0.10 "$rate" "$LOAD_SECS" 1 "${netns[@]}")
+        c1=$(meter cpu $AGENT)
+        sleep 2
+        s1=$(meter tracer)
+        record "{\"kind\":\"ring\",\"n\":$last,\"ring_kib\":$kib,\"rep\":$rep,\"rate\":$rate,\"blast\":$out,\"cpu0\":$c0,\"cpu1\":$c1,\"s0\":$s0,\"s1\":$s1,\"mem\":$(meter mem $AGENT)}"
+        log "ring $kib KiB, rep $rep, $rate/s: lost $(jget "$s1" events_lost)"
+      done
+      stop_agent
+    done
+  done
+  start_agent
+  [ "$(meter wait_hops $last 120)" != -1 ] || log "after the ring phase: not every launcher traced"
 fi
 
 # Every VM goes: nothing of the agent's may be left on any device, nor a netns held.
