@@ -102,7 +102,7 @@ agent:
   --dns-trace auto|on|off
   --dns-netns PATH         extra network namespace to trace (repeatable)
   --dns-ring-kib N         the tracer's event ring, KiB: a power of two, 16 to 65536 (default
-                           512; mapped twice, so RSS grows by 2 x N KiB while traffic is traced)
+                           2048; mapped twice, so it costs 2 x N KiB of RSS while traced)
   --log-level debug|info|warn|error
   --runbook-base-url URL   each check links <URL><check>.md (page, API, check table)
 

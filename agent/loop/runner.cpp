@@ -166,23 +166,29 @@ Runner::Runner(ProbeList probes, HostRoot host, Config config, RunnerOptions opt
              .Register(reg);
     // Every series exists at 0 from the start, so increase() and rate() see the first timeout.
     for (const auto& w : workers_) timeouts_total_->Add({{"check", std::string(w->probe->name())}});
-    cycles_total_ = &prometheus::BuildCounter()
-                         .Name("nodegate_agent_cycles_total")
-                         .Help("Probe cycles the agent loop completed.")
-                         .Register(reg)
-                         .Add({});
-    cycle_seconds_total_ =
-        &prometheus::BuildCounter()
-             .Name("nodegate_agent_cycle_seconds_total")
-             .Help("Wall time of the completed probe cycles: probe runs, state and publishing.")
-             .Register(reg)
-             .Add({});
-    cycle_cpu_seconds_total_ =
-        &prometheus::BuildCounter()
-             .Name("nodegate_agent_cycle_cpu_seconds_total")
-             .Help("CPU time of the completed probe cycles: the probes' threads and the loop's.")
-             .Register(reg)
-             .Add({});
+    // By scope: "full" cycles run every probe (start, resync timer, SIGHUP) and are comparable
+    // with each other; "triggered" ones run the probes an event names, a few at a time.
+    auto& wall = prometheus::BuildCounter()
+                     .Name("nodegate_agent_cycle_seconds_total")
+                     .Help(
+                         "Wall time of the completed probe cycles: probe runs, state and "
+                         "publishing, by scope (full: every probe; triggered: those an event "
+                         "named).")
+                     .Register(reg);
+    auto& cpu = prometheus::BuildCounter()
+                    .Name("nodegate_agent_cycle_cpu_seconds_total")
+                    .Help(
+                        "CPU time of the completed probe cycles: the probes' threads and the "
+                        "loop's, by scope.")
+                    .Register(reg);
+    auto& count = prometheus::BuildCounter()
+                      .Name("nodegate_agent_cycles_total")
+                      .Help("Probe cycles the agent loop completed, by scope.")
+                      .Register(reg);
+    for (int full = 0; full < 2; ++full) {
+      const prometheus::Labels scope{{"scope", full ? "full" : "triggered"}};
+      cycle_timing_[full] = {&count.Add(scope), &wall.Add(scope), &cpu.Add(scope)};
+    }
   }
 }
 
@@ -442,10 +448,12 @@ void Runner::runCycle(std::uint32_t bits) {
   }
   publish(snap);
   ++cycles_;
-  if (cycles_total_) {
-    cycles_total_->Increment();
-    cycle_seconds_total_->Increment(std::chrono::duration<double>(Clock::now() - wall0).count());
-    cycle_cpu_seconds_total_->Increment(probe_cpu_s + threadCpuSeconds() - cpu0);
+  if (cycle_timing_[0].cycles) {
+    // The timer bit and kRunAll (start, reload) run every probe (runProbes).
+    const auto& t = cycle_timing_[(bits & kTriggerTimer) ? 1 : 0];
+    t.cycles->Increment();
+    t.wall->Increment(std::chrono::duration<double>(Clock::now() - wall0).count());
+    t.cpu->Increment(probe_cpu_s + threadCpuSeconds() - cpu0);
   }
 }
 

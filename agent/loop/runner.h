@@ -141,9 +141,12 @@ class Runner {
 
   prometheus::Family<prometheus::Counter>* triggers_total_ = nullptr;
   prometheus::Family<prometheus::Counter>* timeouts_total_ = nullptr;
-  prometheus::Counter* cycles_total_ = nullptr;
-  prometheus::Counter* cycle_seconds_total_ = nullptr;
-  prometheus::Counter* cycle_cpu_seconds_total_ = nullptr;
+  struct CycleTiming {
+    prometheus::Counter* cycles = nullptr;
+    prometheus::Counter* wall = nullptr;
+    prometheus::Counter* cpu = nullptr;
+  };
+  CycleTiming cycle_timing_[2];  // [0] triggered, [1] full
 };
 
 }  // namespace nodegate

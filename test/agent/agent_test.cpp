@@ -217,9 +217,14 @@ TEST(Runner, NoProbeThreadOutlivesItsRun) {
   EXPECT_EQ(now, before);
 }
 
-double counterValue(prometheus::Registry& reg, const std::string& name) {
+// The counter's sample with label scope=`scope`; -1 when there is none.
+double counterValue(prometheus::Registry& reg, const std::string& name,
+                    const std::string& scope = "full") {
   for (const auto& fam : reg.Collect())
-    if (fam.name == name && !fam.metric.empty()) return fam.metric[0].counter.value;
+    if (fam.name == name)
+      for (const auto& m : fam.metric)
+        for (const auto& l : m.label)
+          if (l.name == "scope" && l.value == scope) return m.counter.value;
   return -1;
 }
 
@@ -239,7 +244,7 @@ TEST(Runner, CountsEachCyclesWallAndCpuTime) {
     }
     return result("spins", Status::Pass);
   }));
-  v.push_back(std::make_unique<FakeProbe>("waits", kTriggerTimer, [](int) {
+  v.push_back(std::make_unique<FakeProbe>("waits", kTriggerTimer | kTriggerUdevMisc, [](int) {
     std::this_thread::sleep_for(60ms);
     return result("waits", Status::Pass);
   }));
@@ -251,10 +256,19 @@ TEST(Runner, CountsEachCyclesWallAndCpuTime) {
   const double cpu = counterValue(*f.registry, "nodegate_agent_cycle_cpu_seconds_total");
   EXPECT_GE(wall, 0.06);
   EXPECT_GE(cpu, 0.02);
-  EXPECT_LT(cpu, 0.06);             // the sleeping probe's 60 ms are not CPU
+  EXPECT_LT(cpu, 0.06);  // the sleeping probe's 60 ms are not CPU
+  EXPECT_EQ(counterValue(*f.registry, "nodegate_agent_cycles_total"), 1);
   f.runner->runCycle(kTriggerDns);  // nothing listens: no cycle, nothing added
   EXPECT_EQ(counterValue(*f.registry, "nodegate_agent_cycle_seconds_total"), wall);
   EXPECT_EQ(counterValue(*f.registry, "nodegate_agent_cycle_cpu_seconds_total"), cpu);
+  EXPECT_EQ(counterValue(*f.registry, "nodegate_agent_cycles_total", "triggered"), 0);
+  // A cycle an event asked for (only "waits" listens) counts under its own scope.
+  f.runner->runCycle(kTriggerUdevMisc);
+  EXPECT_EQ(counterValue(*f.registry, "nodegate_agent_cycles_total", "triggered"), 1);
+  EXPECT_GE(counterValue(*f.registry, "nodegate_agent_cycle_seconds_total", "triggered"), 0.06);
+  EXPECT_LT(counterValue(*f.registry, "nodegate_agent_cycle_cpu_seconds_total", "triggered"), 0.02);
+  EXPECT_EQ(counterValue(*f.registry, "nodegate_agent_cycles_total"), 1);
+  EXPECT_EQ(counterValue(*f.registry, "nodegate_agent_cycle_seconds_total"), wall);
 }
 
 Result<Options> parse(std::vector<std::string> args) {
@@ -291,7 +305,7 @@ TEST(Options, NumericAndAddressFlagsAreBounded) {
     EXPECT_THAT(o.error().message,
                 HasSubstr(std::string("invalid value \"") + v + "\" for --dns-ring-kib"));
   }
-  EXPECT_EQ(parse({"agent"})->dns_ring_kib, 512u);
+  EXPECT_EQ(parse({"agent"})->dns_ring_kib, 2048u);
   EXPECT_EQ(parse({"agent", "--dns-ring-kib", "16"})->dns_ring_kib, 16u);
   EXPECT_EQ(parse({"agent", "--dns-ring-kib=65536"})->dns_ring_kib, 65536u);
 }

@@ -24,9 +24,13 @@
 # Settings (environment): SIZES="1 10 50 100" BG_PROCS=300 MANY_PROCS=2000 IDLE_SECS=60
 #   LOAD_SECS=10 RATES="12500 25000" (queries/s in total over all guests) CYCLES=1000
 #   LATENCY_REPEATS=10 CYCLE_SIGHUPS=10; the ring phase (at the largest size, one agent per ring
-#   size and repeat, interleaved): RING_KIBS="512 2048" RING_RATES="25000 50000" RING_REPEATS=2
+#   size and repeat, interleaved): RING_KIBS="512 2048 8192" RING_RATES="25000 50000" RING_REPEATS=2
 #   (RING_KIBS="" skips it); ANSWERER=answer (tools/bench/dns_answer.c, recvmmsg/sendmmsg) or
-#   dnsmasq (what the runs before 2026-12-02's second session answered with). Ports 19740-19742.
+#   dnsmasq (what the runs before 2026-12-02's second session answered with). Ports 19740-19742
+#   (--check: 19743-19745, so CI's short run under the suite lock and a benchmark under the bench
+#   lock never take each other's ports). The agent finds every virt-launcher on the host, so
+#   another test's launchers running meanwhile are traced too: each size waits until exactly its
+#   own are, and records how many others ran at its end ("foreign").
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 MODE=bench
@@ -35,6 +39,7 @@ BUILD=${1:-$SRC/build}
 NODEGATE=$BUILD/nodegate
 PORT_METRICS=19740 PORT_DEBUG=19741 NE_PORT=19742
 if [ $MODE = check ]; then
+  PORT_METRICS=19743 PORT_DEBUG=19744 NE_PORT=19745
   SIZES=${SIZES:-100} BG_PROCS=${BG_PROCS:-300} MANY_PROCS=${MANY_PROCS:-0} IDLE_SECS=${IDLE_SECS:-0}
   LOAD_SECS=${LOAD_SECS:-3} RATES=${RATES:-3000} CYCLES=${CYCLES:-10} LATENCY_REPEATS=${LATENCY_REPEATS:-3}
   CYCLE_SIGHUPS=${CYCLE_SIGHUPS:-0} RING_KIBS=${RING_KIBS-}
@@ -42,7 +47,7 @@ fi
 SIZES=${SIZES:-1 10 50 100} BG_PROCS=${BG_PROCS:-300} MANY_PROCS=${MANY_PROCS:-2000}
 IDLE_SECS=${IDLE_SECS:-60} LOAD_SECS=${LOAD_SECS:-10} RATES=${RATES:-12500 25000}
 CYCLES=${CYCLES:-1000} LATENCY_REPEATS=${LATENCY_REPEATS:-10} CYCLE_SIGHUPS=${CYCLE_SIGHUPS:-10}
-RING_KIBS=${RING_KIBS-512 2048} RING_RATES=${RING_RATES:-25000 50000} RING_REPEATS=${RING_REPEATS:-2}
+RING_KIBS=${RING_KIBS-512 2048 8192} RING_RATES=${RING_RATES:-25000 50000} RING_REPEATS=${RING_REPEATS:-2}
 ANSWERER=${ANSWERER:-answer}
 
 source "$SRC/test/agent/dns/topology.sh"
@@ -106,7 +111,10 @@ spawn_procs() {  # N: unrelated processes (sleepers) until the host has N proces
 AGENT=
 start_agent() {  # [RING_KIB]
   echo '{}' > $TMP/empty.json
-  "$NODEGATE" agent --kube none --dns-ring-kib ${1:-512} --listen 127.0.0.1:$PORT_METRICS --debug-listen 127.0.0.1:$PORT_DEBUG \
+  if [ -n "$(ss -Htln "( sport = :$PORT_METRICS or sport = :$PORT_DEBUG )")" ]; then
+    echo "FAIL: port $PORT_METRICS or $PORT_DEBUG is taken (another density run?)"; exit 1
+  fi
+  "$NODEGATE" agent --kube none ${1:+--dns-ring-kib $1} --listen 127.0.0.1:$PORT_METRICS --debug-listen 127.0.0.1:$PORT_DEBUG \
     --dns-trace on --dns-netns /run/netns/$H --dns-netns /run/netns/$D --config $TMP/empty.json \
     --log-level ${AGENT_LOG_LEVEL:-warn} > $TMP/agent.log 2>&1 &
   AGENT=$!
@@ -181,7 +189,9 @@ measure_size() {
   local bpf_j; bpf_j=$(meter bpf $AGENT)
   local filt; filt=$(meter filters $AGENT ngdns-)
   local procs; procs=$(meter procs)
-  record "{\"kind\":\"size\",\"n\":$n,\"traced_s\":$up,\"mem\":$m_idle,\"idle\":\"$idle\",\"disc0\":$disc0,\"disc1\":$disc1,\"cycle\":\"$cycle\",\"sighups\":$CYCLE_SIGHUPS,\"dnspath_s\":$dnspath,\"check_s\":$check_s,\"bpf\":$bpf_j,\"filters\":$filt,\"procs\":$procs}"
+  local foreign=$(($(pgrep -xc virt-launcher || true) - n))
+  [ $foreign = 0 ] || log "n=$n: $foreign virt-launcher processes of another test ran meanwhile"
+  record "{\"kind\":\"size\",\"n\":$n,\"foreign\":$foreign,\"traced_s\":$up,\"mem\":$m_idle,\"idle\":\"$idle\",\"disc0\":$disc0,\"disc1\":$disc1,\"cycle\":\"$cycle\",\"sighups\":$CYCLE_SIGHUPS,\"dnspath_s\":$dnspath,\"check_s\":$check_s,\"bpf\":$bpf_j,\"filters\":$filt,\"procs\":$procs}"
   expect "$n VMs: the agent's filters are 2 per traced device ($((8 * n + 4)))" \
     test "$(jget "$filt" filters)" = $((8 * n + 4))
   # DNS load over every guest at once.
@@ -200,7 +210,7 @@ measure_size() {
   if [ "$IDLE_SECS" != 0 ]; then
     local m_after; m_after=$(meter mem $AGENT)
     local idle2; idle2=$(cpu_window $((IDLE_SECS / 2)))
-    record "{\"kind\":\"after_load\",\"n\":$n,\"mem\":$m_after,\"idle\":\"$idle2\"}"
+    record "{\"kind\":\"after_load\",\"n\":$n,\"mem\":$m_after,\"idle\":\"$idle2\",\"settled\":$(meter mem $AGENT)}"
   fi
   [ $MODE = check ] && [ "$n" != "${SIZES##* }" ] || measure_latency $n
   if [ $MODE = check ]; then

@@ -167,9 +167,10 @@ def metric(name, *filters):
 
 
 def cycle():
-    return {"cycles": metric("nodegate_agent_cycles_total"),
-            "wall_s": metric("nodegate_agent_cycle_seconds_total"),
-            "cpu_s": metric("nodegate_agent_cycle_cpu_seconds_total")}
+    # Full cycles only (every probe): a triggered one runs a probe or two.
+    return {"cycles": metric("nodegate_agent_cycles_total", "scope=full"),
+            "wall_s": metric("nodegate_agent_cycle_seconds_total", "scope=full"),
+            "cpu_s": metric("nodegate_agent_cycle_cpu_seconds_total", "scope=full")}
 
 
 def bpftool(*args):

@@ -79,6 +79,12 @@ if ne:
           f"RSS {ne['idle']['rss_kib']} KiB idle, {ne['scraped']['rss_kib']} KiB after 10 "
           f"scrapes (USS {ne['scraped']['uss_kib']} KiB).\n")
 
+foreign = [s for s in sizes if s.get("foreign")]
+if foreign:
+    print("**Another test's virt-launcher processes ran during this run** (the agent traces every "
+          "launcher on the host): " + ", ".join(f"{s['foreign']} at the end of the {s['n']}-VM "
+                                                 "size" for s in foreign) + ".\n")
+
 # --- memory, CPU at idle, attachments ------------------------------------------------------------
 base = sizes[0]
 body = []
@@ -110,10 +116,12 @@ if after:
         if not a:
             continue
         cpu_s, switches, wall = window(a["idle"])
+        st = a.get("settled") or {}
         body.append([s["n"], a["mem"]["rss_kib"], a["mem"]["uss_kib"],
                      a["mem"]["rss_kib"] - s["mem"]["rss_kib"], pct(cpu_s, wall),
-                     switches / wall if wall else None])
-    print(table(["VMs", "RSS KiB", "USS KiB", "RSS growth KiB", "idle CPU %", "wakeups/s"], body))
+                     switches / wall if wall else None, st.get("rss_kib"), st.get("uss_kib")])
+    print(table(["VMs", "RSS KiB", "USS KiB", "RSS growth KiB", "idle CPU %", "wakeups/s",
+                 "RSS KiB after the idle window", "USS KiB"], body))
 
 # --- probe cycle and check against the VM and process count --------------------------------------
 print("\n### The probe cycle and `nodegate check` against VMs and processes\n")
