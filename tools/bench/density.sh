@@ -165,6 +165,22 @@ check_wall() {
 RESULTS=$TMP/results.jsonl
 record() { echo "$1" >> $RESULTS; }  # one JSON object per measurement, formatted at the end
 
+# load_record JSON-HEAD RATE N: DNS at RATE queries/s in all, spread over the guests of replicas
+# 1..N for LOAD_SECS, and one record: JSON-HEAD ('"kind":...,' fields) plus what dns_blast
+# counted and the agent's CPU and tracer counters before and after.
+load_record() {
+  local netns=() i
+  for ((i = 1; i <= $3; i++)); do replica_names $i; netns+=(/run/netns/$RG); done
+  local s0; s0=$(meter tracer)
+  local c0; c0=$(meter cpu $AGENT)
+  local out; out=$("$BLAST" 10.96.0.10 "$2" "$LOAD_SECS" 1 "${netns[@]}")
+  local c1; c1=$(meter cpu $AGENT)
+  sleep 2  # the last answers' traces complete
+  local s1; s1=$(meter tracer)
+  record "{$1\"rate\":$2,\"blast\":$out,\"cpu0\":$c0,\"cpu1\":$c1,\"s0\":$s0,\"s1\":$s1,\"mem\":$(meter mem $AGENT)}"
+  jget "$s1" events_lost
+}
+
 # --- one size ----------------------------------------------------------------------------------
 measure_size() {
   local n=$1 t0=$EPOCHREALTIME
@@ -197,15 +213,7 @@ measure_size() {
   # DNS load over every guest at once.
   local rate
   for rate in $RATES; do
-    local netns=() i
-    for ((i = 1; i <= n; i++)); do replica_names $i; netns+=(/run/netns/$RG); done
-    local s0; s0=$(meter tracer)
-    local c0; c0=$(meter cpu $AGENT)
-    local out; out=$("$BLAST" 10.96.0.10 "$rate" "$LOAD_SECS" 1 "${netns[@]}")
-    local c1; c1=$(meter cpu $AGENT)
-    sleep 2  # the last answers' traces complete
-    local s1; s1=$(meter tracer)
-    record "{\"kind\":\"load\",\"n\":$n,\"rate\":$rate,\"blast\":$out,\"cpu0\":$c0,\"cpu1\":$c1,\"s0\":$s0,\"s1\":$s1}"
+    load_record "\"kind\":\"load\",\"n\":$n," $rate $n > /dev/null
   done
   if [ "$IDLE_SECS" != 0 ]; then
     local m_after; m_after=$(meter mem $AGENT)
@@ -355,21 +363,14 @@ fi
 # the agent's context switches over the load (every thread's: the poller's dominate under load).
 if [ -n "$RING_KIBS" ]; then
   stop_agent
-  netns=()
-  for ((i = 1; i <= last; i++)); do replica_names $i; netns+=(/run/netns/$RG); done
   for ((rep = 1; rep <= RING_REPEATS; rep++)); do
     for kib in $RING_KIBS; do
       start_agent $kib
       [ "$(meter wait_hops $last 120)" != -1 ] || log "ring $kib KiB: not every launcher traced"
       sleep 2
       for rate in $RING_RATES; do
-        s0=$(meter tracer); c0=$(meter cpu $AGENT)
-        out=$("$BLAST" 10.96.0.10 "$rate" "$LOAD_SECS" 1 "${netns[@]}")
-        c1=$(meter cpu $AGENT)
-        sleep 2
-        s1=$(meter tracer)
-        record "{\"kind\":\"ring\",\"n\":$last,\"ring_kib\":$kib,\"rep\":$rep,\"rate\":$rate,\"blast\":$out,\"cpu0\":$c0,\"cpu1\":$c1,\"s0\":$s0,\"s1\":$s1,\"mem\":$(meter mem $AGENT)}"
-        log "ring $kib KiB, rep $rep, $rate/s: lost $(jget "$s1" events_lost)"
+        lost=$(load_record "\"kind\":\"ring\",\"n\":$last,\"ring_kib\":$kib,\"rep\":$rep," $rate $last)
+        log "ring $kib KiB, rep $rep, $rate/s: lost $lost (since the agent started)"
       done
       stop_agent
     done

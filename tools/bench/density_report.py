@@ -51,6 +51,13 @@ def asked(d):
     return ", ".join(f"{k} {v}" for k, v in by.items() if v) or ("none" if by else None)
 
 
+def under_load(r):
+    """A load record's differences over the load: agent CPU s, context switches, tracer events,
+    events lost."""
+    return (r["cpu1"]["cpu_s"] - r["cpu0"]["cpu_s"], r["cpu1"]["switches"] - r["cpu0"]["switches"],
+            r["s1"]["events"] - r["s0"]["events"], r["s1"]["events_lost"] - r["s0"]["events_lost"])
+
+
 def pct(cpu_s, wall_s):
     return 100 * cpu_s / wall_s if wall_s else None
 
@@ -152,9 +159,7 @@ if loads:
     body = []
     for r in loads:
         bl = r["blast"]
-        cpu = r["cpu1"]["cpu_s"] - r["cpu0"]["cpu_s"]
-        ev = r["s1"]["events"] - r["s0"]["events"]
-        lost = r["s1"]["events_lost"] - r["s0"]["events_lost"]
+        cpu, _, ev, lost = under_load(r)
         qps = bl["sent_per_s"]
         p = pct(cpu, bl["seconds"])
         body.append([r["n"], r["rate"], qps, bl["answered"] / bl["seconds"], bl["answered_min"],
@@ -201,10 +206,7 @@ if rings:
     body = []
     for r in rings:
         bl = r["blast"]
-        cpu = r["cpu1"]["cpu_s"] - r["cpu0"]["cpu_s"]
-        sw = r["cpu1"]["switches"] - r["cpu0"]["switches"]
-        ev = r["s1"]["events"] - r["s0"]["events"]
-        lost = r["s1"]["events_lost"] - r["s0"]["events_lost"]
+        cpu, sw, ev, lost = under_load(r)
         body.append([r["ring_kib"], r["rep"], r["n"], r["rate"], bl["sent_per_s"],
                      bl["answered"] / bl["seconds"], ev / bl["seconds"], lost,
                      100 * lost / (ev + lost) if ev + lost else None, pct(cpu, bl["seconds"]),
