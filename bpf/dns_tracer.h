@@ -38,9 +38,11 @@ struct TracerOptions {
   // Ring buffer size in bytes (power of two, multiple of the page size). Rule: peak events/s ×
   // poll interval × record size, with headroom for the late polls of a busy agent; the program
   // forces a wakeup at half full. The ring is mapped twice while a device is attached (the data
-  // pages again, for wrap-around reads): 512 KiB costs 1 MiB of RSS then. How 512 KiB was
-  // arrived at, with the figures: docs/benchmarks/dns-bpf.md, "Ring sizing".
-  std::size_t ring_bytes = 1u << 19;
+  // pages again, for wrap-around reads): 2 MiB costs 4 MiB of RSS then. 512 KiB (the rule's
+  // figure, docs/benchmarks/dns-bpf.md "Ring sizing") lost 2-15 % of the events at 13-19k
+  // queries/s over 100 VMs where 2 MiB lost none (docs/benchmarks/density.md, ring phase).
+  // The agent's --dns-ring-kib sets it (agent/cli/options.h keeps the same default).
+  std::size_t ring_bytes = 2u << 20;
   // How often the poll thread drains the ring; the BPF side does not wake user space per event
   // (BPF_RB_NO_WAKEUP) and forces a wakeup only when the ring is half full.
   std::chrono::milliseconds poll_interval{10};

@@ -101,6 +101,8 @@ agent:
   --resync SECONDS         periodic re-probe, jittered (default 60; 0.5 to 86400)
   --dns-trace auto|on|off
   --dns-netns PATH         extra network namespace to trace (repeatable)
+  --dns-ring-kib N         the tracer's event ring, KiB: a power of two, 16 to 65536 (default
+                           2048; mapped twice, so it costs 2 x N KiB of RSS while traced)
   --log-level debug|info|warn|error
   --runbook-base-url URL   each check links <URL><check>.md (page, API, check table)
 
@@ -219,6 +221,17 @@ std::map<std::string, Setter> valuedFlags(Options& o) {
       {"--dns-netns",
        [&o](const std::string& v) -> Result<void> {
          o.dns_netns.push_back(v);
+         return {};
+       }},
+      {"--dns-ring-kib",
+       [&o](const std::string& v) -> Result<void> {
+         char* end = nullptr;
+         const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+         if (v.empty() || v[0] < '0' || v[0] > '9' || !end || *end != '\0' || n < 16 || n > 65536 ||
+             (n & (n - 1)) != 0)
+           return usageError("invalid value \"" + v +
+                             "\" for --dns-ring-kib: want a power of two from 16 to 65536");
+         o.dns_ring_kib = static_cast<std::size_t>(n);
          return {};
        }},
       {"--log-level", oneOf(&o.log_level, {"debug", "info", "warn", "error"}, "--log-level")},

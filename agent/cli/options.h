@@ -48,6 +48,9 @@ struct Options {
   double resync_seconds = 60;
   std::string dns_trace = "auto";  // auto | on | off
   std::vector<std::string> dns_netns;
+  // The tracer's ring buffer (--dns-ring-kib): a power of two, 16 KiB to 64 MiB; the default is
+  // TracerOptions::ring_bytes's (bpf/dns_tracer.h says why 2 MiB).
+  std::size_t dns_ring_kib = 2048;
   std::string log_level = "info";
   // Where each check's runbook lives: <base><check>.md (page, API and the check table link it).
   std::string runbook_base_url =

@@ -1,5 +1,6 @@
 #include "dns/dns_service.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -95,6 +96,9 @@ struct DnsService::Impl {
   // The worker's: the last pass's findings (launcher netns, virt-launcher processes).
   std::atomic<std::size_t> launchers{0}, launcher_processes{0};
   std::pair<std::size_t, std::size_t> published_counts;  // publish()'s alone
+  // tick()'s alone: the engine's observation count at the last malloc_trim.
+  std::uint64_t trimmed_at_observations = 0;
+  static constexpr std::uint64_t kTrimAfterObservations = 100'000;
   std::vector<std::string> discovery_errors;
   mutable std::mutex vmis_mu;
   std::set<std::string> vmis;  // on the node at the last pass ("ns/name"; "" = the shared side)
@@ -120,6 +124,9 @@ struct DnsService::Impl {
     std::atomic<std::uint64_t> process{0}, netns_links{0}, host_links{0}, lost{0}, servers{0};
   } asked;
   std::atomic<std::uint64_t> rescans{0}, event_rescans{0}, full_rescans{0}, netns_listed{0};
+  // Wall time of the passes, from the pass's start to its attachments and accounting done:
+  // what a pass costs apart from whoever polls the API meanwhile (docs/benchmarks/density.md).
+  std::atomic<std::uint64_t> pass_ns{0};
   // The kept views: a pass re-reads what its events named. The worker's (and rescanNow()'s).
   std::mutex pass_mu;
   HopDiscovery discovery;
@@ -282,6 +289,7 @@ DnsServerHints DnsService::Impl::serverHints() const {
 // accounting.
 void DnsService::Impl::rescan(const DiscoveryWork& work) {
   std::lock_guard pass(pass_mu);
+  const auto t0 = std::chrono::steady_clock::now();
   ++rescans;
   DiscoveryResult found = discovery.update(work, serverHints());
   full_rescans = discovery.fullPasses();
@@ -314,8 +322,13 @@ void DnsService::Impl::rescan(const DiscoveryWork& work) {
   std::set<std::string> present;
   for (const auto& d : found.devices) present.insert(d.vmi);
   accounting.present(present);
-  std::lock_guard lock(vmis_mu);
-  vmis = std::move(present);
+  {
+    std::lock_guard lock(vmis_mu);
+    vmis = std::move(present);
+  }
+  pass_ns += static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
 }
 
 // Publishes the probe's summary; true when some guest's state or the number of guests changed
@@ -334,10 +347,22 @@ bool DnsService::Impl::publish() {
 void DnsService::Impl::tick() {
   std::vector<QueryTrace> finished;
   CorrelatorStats engine_stats;
+  std::size_t in_flight = 0;
   {
     std::lock_guard lock(engine_mu);
     finished = engine.expire(monoNowNs());
     engine_stats = engine.stats();
+    in_flight = engine.inFlight();
+  }
+  // A burst of DNS leaves the heap as large as its peak: the in-flight traces and the records
+  // decoded from the ring were freed, but glibc keeps their pages (~10 MiB after 20k queries/s
+  // over 100 VMs, docs/benchmarks/density.md: more than node_exporter's whole RSS beside it).
+  // Once a burst is over (nothing in flight) and it was one (kTrimAfterObservations since the
+  // last trim), hand the free pages back. Never during a burst: the heap would only grow again.
+  if (in_flight == 0 &&
+      engine_stats.observations - trimmed_at_observations >= kTrimAfterObservations) {
+    trimmed_at_observations = engine_stats.observations;
+    ::malloc_trim(0);
   }
   accounting.account(std::move(finished), engine_stats);
   accounting.eventsLost(tracer->stats().events_lost);
@@ -417,6 +442,7 @@ TracerFacts DnsService::Impl::facts() const {
   f.event_rescans = event_rescans;
   f.full_rescans = full_rescans;
   f.netns_listed = netns_listed;
+  f.pass_seconds = static_cast<double>(pass_ns.load()) / 1e9;
   f.asked_by = {{"process", asked.process},
                 {"netns_links", asked.netns_links},
                 {"host_links", asked.host_links},
@@ -533,7 +559,8 @@ DnsServiceConfig serviceConfig(const AgentServices& s) {
 }
 
 // The tracer --dns-trace asks for, or why there is none.
-std::unique_ptr<DnsTracer> openTracer(const std::string& mode, std::string* why) {
+std::unique_ptr<DnsTracer> openTracer(const std::string& mode, std::size_t ring_bytes,
+                                      std::string* why) {
   if (mode == "off") {
     *why = "disabled by --dns-trace=off";
     return nullptr;
@@ -543,6 +570,7 @@ std::unique_ptr<DnsTracer> openTracer(const std::string& mode, std::string* why)
     return nullptr;
   }
   TracerOptions to;
+  to.ring_bytes = ring_bytes;
   to.procfs = HostRoot("/").proc();  // the tracer's own netns, not --host-root's
   auto t = DnsTracer::open(to);
   if (t) return std::move(t).value();
@@ -555,7 +583,7 @@ std::unique_ptr<DnsTracer> openTracer(const std::string& mode, std::string* why)
 Result<std::unique_ptr<Extension>> startDnsTracer(AgentServices& s) {
   const std::string mode = s.options.dns_trace;
   std::string why;
-  std::unique_ptr<DnsTracer> tracer = openTracer(mode, &why);
+  std::unique_ptr<DnsTracer> tracer = openTracer(mode, s.options.dns_ring_kib << 10, &why);
   if (!tracer) {
     if (mode == "on")
       log::error("dns tracer not started", {{"reason", why}});

@@ -45,7 +45,7 @@ nlohmann::json tracesJson(const Correlator& engine, const std::vector<HopDevice>
   j["discovery"] = {{"link_events", facts.link_events},   {"process_events", facts.process_events},
                     {"rescans", facts.rescans},           {"event_rescans", facts.event_rescans},
                     {"full_rescans", facts.full_rescans}, {"netns_listed", facts.netns_listed},
-                    {"asked_by", facts.asked_by}};
+                    {"pass_seconds", facts.pass_seconds}, {"asked_by", facts.asked_by}};
   std::map<std::string, nlohmann::json> paths;
   for (const auto& d : devices)
     paths[d.vmi].push_back({{"hop", std::string(hopName(d.hop))},

@@ -37,6 +37,7 @@ struct TracerFacts {
   bool drops_available = false;
   bool link_events = false, process_events = false;
   std::uint64_t rescans = 0, event_rescans = 0, full_rescans = 0, netns_listed = 0;
+  double pass_seconds = 0;  // wall time of all passes
   // What asked for passes, by kind of event (a pass covers every event since the one before).
   std::map<std::string, std::uint64_t> asked_by;
 };

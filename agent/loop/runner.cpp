@@ -1,6 +1,7 @@
 #include "loop/runner.h"
 
 #include <pthread.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +20,13 @@ namespace nodegate {
 namespace {
 
 constexpr double kDeadlineGraceSeconds = 1;
+
+// CPU time of the calling thread, in seconds (0 where the clock cannot be read).
+double threadCpuSeconds() {
+  timespec ts{};
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
 
 std::string fmtSeconds(double s) {
   char buf[32];
@@ -102,6 +110,7 @@ struct Runner::Batch {
   std::size_t next = 0;     // runs before it have started
   std::size_t threads = 0;  // drain threads that have not returned
   bool closed = false;      // shutdown: take no more runs
+  double cpu_s = 0;         // CPU of the runs that returned, on their threads
 
   static void drain(const std::shared_ptr<Batch>& self) {
     for (;;) {
@@ -118,9 +127,12 @@ struct Runner::Batch {
       }
       self->sync->cv.notify_all();
       ProbeContext ctx{run.w->host, *self->cfg, run.reads.get()};
+      const double cpu0 = threadCpuSeconds();
       CheckResult r = runProbe(*run.w->probe, ctx);
+      const double cpu = threadCpuSeconds() - cpu0;
       {
         std::lock_guard l(self->sync->mu);
+        self->cpu_s += cpu;
         run.w->busy = false;
         run.w->done_id = run.id;
         run.w->done_result = std::move(r);
@@ -189,11 +201,29 @@ Runner::Runner(ProbeList probes, HostRoot host, Config config, RunnerOptions opt
              .Register(reg);
     // Every series exists at 0 from the start, so increase() and rate() see the first timeout.
     for (const auto& w : workers_) timeouts_total_->Add({{"check", std::string(w->probe->name())}});
-    cycles_total_ = &prometheus::BuildCounter()
-                         .Name("nodegate_agent_cycles_total")
-                         .Help("Probe cycles the agent loop completed.")
-                         .Register(reg)
-                         .Add({});
+    // By scope: "full" cycles run every probe (start, resync timer, SIGHUP) and are comparable
+    // with each other; "triggered" ones run the probes an event names, a few at a time.
+    auto& wall = prometheus::BuildCounter()
+                     .Name("nodegate_agent_cycle_seconds_total")
+                     .Help(
+                         "Wall time of the completed probe cycles: probe runs, state and "
+                         "publishing, by scope (full: every probe; triggered: those an event "
+                         "named).")
+                     .Register(reg);
+    auto& cpu = prometheus::BuildCounter()
+                    .Name("nodegate_agent_cycle_cpu_seconds_total")
+                    .Help(
+                        "CPU time of the completed probe cycles: the probes' threads and the "
+                        "loop's, by scope.")
+                    .Register(reg);
+    auto& count = prometheus::BuildCounter()
+                      .Name("nodegate_agent_cycles_total")
+                      .Help("Probe cycles the agent loop completed, by scope.")
+                      .Register(reg);
+    for (int full = 0; full < 2; ++full) {
+      const prometheus::Labels scope{{"scope", full ? "full" : "triggered"}};
+      cycle_timing_[full] = {&count.Add(scope), &wall.Add(scope), &cpu.Add(scope)};
+    }
   }
 }
 
@@ -304,7 +334,8 @@ void Runner::loop() {
 }
 
 std::optional<std::vector<CheckResult>> Runner::runProbes(std::uint32_t bits,
-                                                          std::shared_ptr<const Config> cfg) {
+                                                          std::shared_ptr<const Config> cfg,
+                                                          double* probe_cpu_s) {
   const bool all = (bits & kTriggerTimer) != 0;
   // The cycle's probes: those the bits select, and then those that read a selected one.
   std::set<std::string> selected;
@@ -361,6 +392,10 @@ std::optional<std::vector<CheckResult>> Runner::runProbes(std::uint32_t bits,
     }
   }
   if (!awaitBatch(batch, jobs)) return std::nullopt;  // a half cycle is not published at shutdown
+  if (probe_cpu_s) {
+    std::lock_guard l(sync_->mu);
+    *probe_cpu_s = batch->cpu_s;  // a run abandoned at its deadline counts nothing
+  }
   std::vector<CheckResult> results;
   results.reserve(jobs.size());
   for (auto& j : jobs) results.push_back(std::move(*j.result));
@@ -472,8 +507,14 @@ std::vector<CheckResult> Runner::runOnce() {
 
 void Runner::runCycle(std::uint32_t bits) {
   std::lock_guard cycle(cycle_mu_);
+  // The cycle's cost as the agent itself sees it, whatever the scheduler does with its threads
+  // (the CPU figure) and as a caller waits for it (the wall figure): docs/benchmarks/density.md
+  // compares them at 1 and 100 VMs.
+  const auto wall0 = Clock::now();
+  const double cpu0 = threadCpuSeconds();
   auto cfg = config();
-  auto results = runProbes(bits, cfg);
+  double probe_cpu_s = 0;
+  auto results = runProbes(bits, cfg, &probe_cpu_s);
   if (!results) return;
 
   auto now = std::chrono::system_clock::now();
@@ -493,9 +534,15 @@ void Runner::runCycle(std::uint32_t bits) {
     snapshot_ = snap;
     last_cycle_ = Clock::now();
   }
-  ++cycles_;
-  if (cycles_total_) cycles_total_->Increment();
   publish(snap);
+  ++cycles_;
+  if (cycle_timing_[0].cycles) {
+    // The timer bit and kRunAll (start, reload) run every probe (runProbes).
+    const auto& t = cycle_timing_[(bits & kTriggerTimer) ? 1 : 0];
+    t.cycles->Increment();
+    t.wall->Increment(std::chrono::duration<double>(Clock::now() - wall0).count());
+    t.cpu->Increment(probe_cpu_s + threadCpuSeconds() - cpu0);
+  }
 }
 
 void Runner::record(const CheckResult& r, std::chrono::system_clock::time_point now,

@@ -112,8 +112,10 @@ class Runner {
   };
   std::shared_ptr<const Config> config() const;
   // The selected probes' results (nullopt when stopped half way).
+  // probe_cpu_s: the CPU the probe runs took on their threads.
   std::optional<std::vector<CheckResult>> runProbes(std::uint32_t bits,
-                                                    std::shared_ptr<const Config> cfg);
+                                                    std::shared_ptr<const Config> cfg,
+                                                    double* probe_cpu_s = nullptr);
   // Runs the batch under its deadlines; false when stopped before every job had a result.
   bool awaitBatch(const std::shared_ptr<Batch>& batch, std::vector<Job>& jobs);
   CheckResult timedOut(const std::string& name, double timeout);
@@ -151,7 +153,12 @@ class Runner {
 
   prometheus::Family<prometheus::Counter>* triggers_total_ = nullptr;
   prometheus::Family<prometheus::Counter>* timeouts_total_ = nullptr;
-  prometheus::Counter* cycles_total_ = nullptr;
+  struct CycleTiming {
+    prometheus::Counter* cycles = nullptr;
+    prometheus::Counter* wall = nullptr;
+    prometheus::Counter* cpu = nullptr;
+  };
+  CycleTiming cycle_timing_[2];  // [0] triggered, [1] full
 };
 
 }  // namespace nodegate

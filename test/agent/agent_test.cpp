@@ -253,6 +253,60 @@ TEST(Runner, NoProbeThreadOutlivesItsRun) {
   EXPECT_EQ(now, before);
 }
 
+// The counter's sample with label scope=`scope`; -1 when there is none.
+double counterValue(prometheus::Registry& reg, const std::string& name,
+                    const std::string& scope = "full") {
+  for (const auto& fam : reg.Collect())
+    if (fam.name == name)
+      for (const auto& m : fam.metric)
+        for (const auto& l : m.label)
+          if (l.name == "scope" && l.value == scope) return m.counter.value;
+  return -1;
+}
+
+double threadCpu() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// A cycle's wall time counts a probe that waits; its CPU time counts the probe that computes,
+// on its own thread, and not the one that waits (docs/benchmarks/density.md reads both).
+TEST(Runner, CountsEachCyclesWallAndCpuTime) {
+  std::vector<std::unique_ptr<FakeProbe>> v;
+  v.push_back(std::make_unique<FakeProbe>("spins", kTriggerTimer, [](int) {
+    const double start = threadCpu();
+    while (threadCpu() - start < 0.02) {
+    }
+    return result("spins", Status::Pass);
+  }));
+  v.push_back(std::make_unique<FakeProbe>("waits", kTriggerTimer | kTriggerUdevMisc, [](int) {
+    std::this_thread::sleep_for(60ms);
+    return result("waits", Status::Pass);
+  }));
+  Fixture f(std::move(v));
+  EXPECT_EQ(counterValue(*f.registry, "nodegate_agent_cycle_seconds_total"), 0);
+  EXPECT_EQ(counterValue(*f.registry, "nodegate_agent_cycle_cpu_seconds_total"), 0);
+  f.runner->runCycle(Runner::kRunAll);
+  const double wall = counterValue(*f.registry, "nodegate_agent_cycle_seconds_total");
+  const double cpu = counterValue(*f.registry, "nodegate_agent_cycle_cpu_seconds_total");
+  EXPECT_GE(wall, 0.06);
+  EXPECT_GE(cpu, 0.02);
+  EXPECT_LT(cpu, 0.06);  // the sleeping probe's 60 ms are not CPU
+  EXPECT_EQ(counterValue(*f.registry, "nodegate_agent_cycles_total"), 1);
+  f.runner->runCycle(kTriggerDns);  // nothing listens: no cycle, nothing added
+  EXPECT_EQ(counterValue(*f.registry, "nodegate_agent_cycle_seconds_total"), wall);
+  EXPECT_EQ(counterValue(*f.registry, "nodegate_agent_cycle_cpu_seconds_total"), cpu);
+  EXPECT_EQ(counterValue(*f.registry, "nodegate_agent_cycles_total", "triggered"), 0);
+  // A cycle an event asked for (only "waits" listens) counts under its own scope.
+  f.runner->runCycle(kTriggerUdevMisc);
+  EXPECT_EQ(counterValue(*f.registry, "nodegate_agent_cycles_total", "triggered"), 1);
+  EXPECT_GE(counterValue(*f.registry, "nodegate_agent_cycle_seconds_total", "triggered"), 0.06);
+  EXPECT_LT(counterValue(*f.registry, "nodegate_agent_cycle_cpu_seconds_total", "triggered"), 0.02);
+  EXPECT_EQ(counterValue(*f.registry, "nodegate_agent_cycles_total"), 1);
+  EXPECT_EQ(counterValue(*f.registry, "nodegate_agent_cycle_seconds_total"), wall);
+}
+
 Result<Options> parse(std::vector<std::string> args) {
   args.insert(args.begin(), "nodegate");
   std::vector<char*> argv;
@@ -281,6 +335,15 @@ TEST(Options, NumericAndAddressFlagsAreBounded) {
     EXPECT_TRUE(parse({"agent", "--listen", v}).ok()) << v;
   EXPECT_TRUE(parse({"agent", "--debug-listen", ""}).ok());  // off
   EXPECT_FALSE(parse({"agent", "--debug-listen", "256.0.0.1:9811"}).ok());
+  for (const char* v : {"0", "8", "100", "131072", "-512", "512k", "", " 512", "1e3"}) {
+    auto o = parse({"agent", "--dns-ring-kib", v});
+    ASSERT_FALSE(o.ok()) << v;
+    EXPECT_THAT(o.error().message,
+                HasSubstr(std::string("invalid value \"") + v + "\" for --dns-ring-kib"));
+  }
+  EXPECT_EQ(parse({"agent"})->dns_ring_kib, 2048u);
+  EXPECT_EQ(parse({"agent", "--dns-ring-kib", "16"})->dns_ring_kib, 16u);
+  EXPECT_EQ(parse({"agent", "--dns-ring-kib=65536"})->dns_ring_kib, 65536u);
 }
 
 TEST(Runner, ConfigAddsTriggersToAProbe) {

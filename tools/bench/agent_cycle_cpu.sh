@@ -12,7 +12,7 @@ shift
 PORT=19184
 HZ=$(getconf CLK_TCK)
 
-cycles() { curl -sf "http://127.0.0.1:$PORT/metrics" | awk '$1 == "nodegate_agent_cycles_total" { print $2 }'; }
+cycles() { curl -sf "http://127.0.0.1:$PORT/metrics" | awk '$1 ~ /^nodegate_agent_cycles_total($|\{)/ { n += $2 } END { print n }'; }
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 for round in 1 2; do

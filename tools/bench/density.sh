@@ -16,14 +16,21 @@
 # the reference footprint. Prints Markdown (tools/bench/density_report.py; docs/benchmarks/density.md
 # keeps the figures).
 #
-# Usage (root; it builds netns and binds ports, so under the suite lock):
-#   flock -o /work/.locks/suite tools/bench/density.sh [BUILD_DIR]
+# Usage (root; a benchmark: under the bench lock, so two benchmarks never share the machine):
+#   flock -o /work/.locks/bench tools/bench/density.sh [BUILD_DIR]
 #   tools/bench/density.sh --check [BUILD_DIR]   the functional test CI runs (dns_density_e2e):
 #       100 replicas traced, DNS from every guest seen, CYCLES=10 create/destroy cycles, all torn
 #       down, and nothing left behind (fds, tc filters, map entries); exits 1 on any failure.
 # Settings (environment): SIZES="1 10 50 100" BG_PROCS=300 MANY_PROCS=2000 IDLE_SECS=60
 #   LOAD_SECS=10 RATES="12500 25000" (queries/s in total over all guests) CYCLES=1000
-#   LATENCY_REPEATS=10 CYCLE_SIGHUPS=10. Ports 19740-19742.
+#   LATENCY_REPEATS=10 CYCLE_SIGHUPS=10; the ring phase (at the largest size, one agent per ring
+#   size and repeat, interleaved): RING_KIBS="512 2048 8192" RING_RATES="25000 50000" RING_REPEATS=2
+#   (RING_KIBS="" skips it); ANSWERER=answer (tools/bench/dns_answer.c, recvmmsg/sendmmsg) or
+#   dnsmasq (what the runs before 2026-12-02's second session answered with). Ports 19740-19742
+#   (--check: 19743-19745, so CI's short run under the suite lock and a benchmark under the bench
+#   lock never take each other's ports). The agent finds every virt-launcher on the host, so
+#   another test's launchers running meanwhile are traced too: each size waits until exactly its
+#   own are, and records how many others ran at its end ("foreign").
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 MODE=bench
@@ -32,21 +39,25 @@ BUILD=${1:-$SRC/build}
 NODEGATE=$BUILD/nodegate
 PORT_METRICS=19740 PORT_DEBUG=19741 NE_PORT=19742
 if [ $MODE = check ]; then
+  PORT_METRICS=19743 PORT_DEBUG=19744 NE_PORT=19745
   SIZES=${SIZES:-100} BG_PROCS=${BG_PROCS:-300} MANY_PROCS=${MANY_PROCS:-0} IDLE_SECS=${IDLE_SECS:-0}
   LOAD_SECS=${LOAD_SECS:-3} RATES=${RATES:-3000} CYCLES=${CYCLES:-10} LATENCY_REPEATS=${LATENCY_REPEATS:-3}
-  CYCLE_SIGHUPS=${CYCLE_SIGHUPS:-0}
+  CYCLE_SIGHUPS=${CYCLE_SIGHUPS:-0} RING_KIBS=${RING_KIBS-}
 fi
 SIZES=${SIZES:-1 10 50 100} BG_PROCS=${BG_PROCS:-300} MANY_PROCS=${MANY_PROCS:-2000}
 IDLE_SECS=${IDLE_SECS:-60} LOAD_SECS=${LOAD_SECS:-10} RATES=${RATES:-12500 25000}
 CYCLES=${CYCLES:-1000} LATENCY_REPEATS=${LATENCY_REPEATS:-10} CYCLE_SIGHUPS=${CYCLE_SIGHUPS:-10}
+RING_KIBS=${RING_KIBS-512 2048 8192} RING_RATES=${RING_RATES:-25000 50000} RING_REPEATS=${RING_REPEATS:-2}
+ANSWERER=${ANSWERER:-answer}
 
 source "$SRC/test/agent/dns/topology.sh"
 topo_require ip tc nft dnsmasq bpftool cc python3 curl
 [ -x "$NODEGATE" ] || { echo "FAIL: no $NODEGATE (build first)"; exit 1; }
 NODE_EXPORTER=$(command -v prometheus-node-exporter || true)
 [ $MODE = check ] || [ -n "$NODE_EXPORTER" ] || { echo "FAIL: missing prometheus-node-exporter (tools/install-deps.sh)"; exit 1; }
-BLAST=$TMP/dns_blast
+BLAST=$TMP/dns_blast ANSWER=$TMP/dns_answer
 cc -O2 -Wall -o "$BLAST" "$SRC/tools/bench/dns_blast.c"
+cc -O2 -Wall -pthread -o "$ANSWER" "$SRC/tools/bench/dns_answer.c"
 
 # The meter (tools/bench/density_meter.py) answers one JSON line per command.
 coproc METER { exec python3 "$SRC/tools/bench/density_meter.py" $PORT_DEBUG $PORT_METRICS; }
@@ -72,7 +83,15 @@ topo_node() {
   trap topo_cleanup EXIT
   node_up
   service_nat healthy
-  start_dnsmasq
+  if [ "$ANSWERER" = dnsmasq ]; then start_dnsmasq; else start_answerer; fi
+}
+# start_answerer: tools/bench/dns_answer.c where dnsmasq would listen (the CoreDNS stand-in's
+# address, behind the ClusterIP translation), two threads: dnsmasq fell behind the offered rate.
+start_answerer() {
+  ip netns exec $D "$ANSWER" 10.244.0.3 53 2 > $TMP/answer.json 2> $TMP/answer.log &
+  PIDS+=($!)
+  for _ in $(seq 50); do ip netns exec $D ss -lun | grep -q '10.244.0.3:53' && return 0; sleep 0.1; done
+  echo "FAIL: dns_answer did not start"; cat $TMP/answer.log; exit 1
 }
 REPLICAS=0
 grow_to() {  # N: replicas 1..N up, each with its virt-launcher
@@ -90,9 +109,12 @@ spawn_procs() {  # N: unrelated processes (sleepers) until the host has N proces
 }
 
 AGENT=
-start_agent() {
+start_agent() {  # [RING_KIB]
   echo '{}' > $TMP/empty.json
-  "$NODEGATE" agent --kube none --listen 127.0.0.1:$PORT_METRICS --debug-listen 127.0.0.1:$PORT_DEBUG \
+  if [ -n "$(ss -Htln "( sport = :$PORT_METRICS or sport = :$PORT_DEBUG )")" ]; then
+    echo "FAIL: port $PORT_METRICS or $PORT_DEBUG is taken (another density run?)"; exit 1
+  fi
+  "$NODEGATE" agent --kube none ${1:+--dns-ring-kib $1} --listen 127.0.0.1:$PORT_METRICS --debug-listen 127.0.0.1:$PORT_DEBUG \
     --dns-trace on --dns-netns /run/netns/$H --dns-netns /run/netns/$D --config $TMP/empty.json \
     --log-level ${AGENT_LOG_LEVEL:-warn} > $TMP/agent.log 2>&1 &
   AGENT=$!
@@ -112,13 +134,21 @@ print(f\"{b['cpu_s']-a['cpu_s']:.3f} {b['switches']-a['switches']} {$EPOCHREALTI
 }
 
 # cycle_window: cpu_window over CYCLE_SIGHUPS full probe cycles, one a second (SIGHUP reloads the
-# config and the runner re-runs every probe). The signals come from a background subshell that
-# never talks to the meter: a subshell has no coproc fds.
+# config and the runner re-runs every probe), then the agent's own account of the cycles in the
+# window (nodegate_agent_cycle{,_cpu}_seconds_total over nodegate_agent_cycles_total): prints
+# "cpu_s switches wall_s cycles cycle_wall_s cycle_cpu_s". The signals come from a background
+# subshell that never talks to the meter: a subshell has no coproc fds.
 cycle_window() {
+  local a b w
+  a=$(meter cycle)
   (for ((k = 0; k < CYCLE_SIGHUPS; k++)); do sleep 1; kill -HUP $AGENT; done) &
   local hups=$!
-  cpu_window $((CYCLE_SIGHUPS + 1))
+  w=$(cpu_window $((CYCLE_SIGHUPS + 1)))
   wait $hups
+  sleep 0.5  # the last cycle finishes
+  b=$(meter cycle)
+  python3 -c "import json,sys; a,b=json.loads(sys.argv[1]),json.loads(sys.argv[2])
+print(sys.argv[3], int(b['cycles']-a['cycles']), round(b['wall_s']-a['wall_s'], 6), round(b['cpu_s']-a['cpu_s'], 6))" "$a" "$b" "$w"
 }
 
 # check_wall: the median wall time of three `nodegate check` runs (null in --check mode).
@@ -134,6 +164,22 @@ check_wall() {
 
 RESULTS=$TMP/results.jsonl
 record() { echo "$1" >> $RESULTS; }  # one JSON object per measurement, formatted at the end
+
+# load_record JSON-HEAD RATE N: DNS at RATE queries/s in all, spread over the guests of replicas
+# 1..N for LOAD_SECS, and one record: JSON-HEAD ('"kind":...,' fields) plus what dns_blast
+# counted and the agent's CPU and tracer counters before and after.
+load_record() {
+  local netns=() i
+  for ((i = 1; i <= $3; i++)); do replica_names $i; netns+=(/run/netns/$RG); done
+  local s0; s0=$(meter tracer)
+  local c0; c0=$(meter cpu $AGENT)
+  local out; out=$("$BLAST" 10.96.0.10 "$2" "$LOAD_SECS" 1 "${netns[@]}")
+  local c1; c1=$(meter cpu $AGENT)
+  sleep 2  # the last answers' traces complete
+  local s1; s1=$(meter tracer)
+  record "{$1\"rate\":$2,\"blast\":$out,\"cpu0\":$c0,\"cpu1\":$c1,\"s0\":$s0,\"s1\":$s1,\"mem\":$(meter mem $AGENT)}"
+  jget "$s1" events_lost
+}
 
 # --- one size ----------------------------------------------------------------------------------
 measure_size() {
@@ -159,26 +205,20 @@ measure_size() {
   local bpf_j; bpf_j=$(meter bpf $AGENT)
   local filt; filt=$(meter filters $AGENT ngdns-)
   local procs; procs=$(meter procs)
-  record "{\"kind\":\"size\",\"n\":$n,\"traced_s\":$up,\"mem\":$m_idle,\"idle\":\"$idle\",\"disc0\":$disc0,\"disc1\":$disc1,\"cycle\":\"$cycle\",\"sighups\":$CYCLE_SIGHUPS,\"dnspath_s\":$dnspath,\"check_s\":$check_s,\"bpf\":$bpf_j,\"filters\":$filt,\"procs\":$procs}"
+  local foreign=$(($(pgrep -xc virt-launcher || true) - n))
+  [ $foreign = 0 ] || log "n=$n: $foreign virt-launcher processes of another test ran meanwhile"
+  record "{\"kind\":\"size\",\"n\":$n,\"foreign\":$foreign,\"traced_s\":$up,\"mem\":$m_idle,\"idle\":\"$idle\",\"disc0\":$disc0,\"disc1\":$disc1,\"cycle\":\"$cycle\",\"sighups\":$CYCLE_SIGHUPS,\"dnspath_s\":$dnspath,\"check_s\":$check_s,\"bpf\":$bpf_j,\"filters\":$filt,\"procs\":$procs}"
   expect "$n VMs: the agent's filters are 2 per traced device ($((8 * n + 4)))" \
     test "$(jget "$filt" filters)" = $((8 * n + 4))
   # DNS load over every guest at once.
   local rate
   for rate in $RATES; do
-    local netns=() i
-    for ((i = 1; i <= n; i++)); do replica_names $i; netns+=(/run/netns/$RG); done
-    local s0; s0=$(meter tracer)
-    local c0; c0=$(meter cpu $AGENT)
-    local out; out=$("$BLAST" 10.96.0.10 "$rate" "$LOAD_SECS" 1 "${netns[@]}")
-    local c1; c1=$(meter cpu $AGENT)
-    sleep 2  # the last answers' traces complete
-    local s1; s1=$(meter tracer)
-    record "{\"kind\":\"load\",\"n\":$n,\"rate\":$rate,\"blast\":$out,\"cpu0\":$c0,\"cpu1\":$c1,\"s0\":$s0,\"s1\":$s1}"
+    load_record "\"kind\":\"load\",\"n\":$n," $rate $n > /dev/null
   done
   if [ "$IDLE_SECS" != 0 ]; then
     local m_after; m_after=$(meter mem $AGENT)
     local idle2; idle2=$(cpu_window $((IDLE_SECS / 2)))
-    record "{\"kind\":\"after_load\",\"n\":$n,\"mem\":$m_after,\"idle\":\"$idle2\"}"
+    record "{\"kind\":\"after_load\",\"n\":$n,\"mem\":$m_after,\"idle\":\"$idle2\",\"settled\":$(meter mem $AGENT)}"
   fi
   [ $MODE = check ] && [ "$n" != "${SIZES##* }" ] || measure_latency $n
   if [ $MODE = check ]; then
@@ -233,7 +273,14 @@ measure_latency() {
   done
   local c1; c1=$(meter cpu $AGENT)
   local d1; d1=$(meter discovery)
-  record "{\"kind\":\"latency_cost\",\"n\":$n,\"cpu_s\":$(python3 -c "print(round($(jget "$c1" cpu_s) - $(jget "$c0" cpu_s), 3))"),\"disc0\":$d0,\"disc1\":$d1}"
+  # The meter's polling alone, as it polls while it waits for an arrival or a departure: the
+  # same request (a traced VMI's path) every 5 ms for POLL_SECS with no VM coming or going.
+  local poll_s=2 p0 p1
+  replica_names 1
+  p0=$(meter cpu $AGENT)
+  meter wait_vmi ngdns/$RVM 99 $poll_s $EPOCHREALTIME > /dev/null
+  p1=$(meter cpu $AGENT)
+  record "{\"kind\":\"latency_cost\",\"n\":$n,\"cpu_s\":$(python3 -c "print(round($(jget "$c1" cpu_s) - $(jget "$c0" cpu_s), 3))"),\"disc0\":$d0,\"disc1\":$d1,\"poll_s\":$poll_s,\"poll_cpu_s\":$(python3 -c "print(round($(jget "$p1" cpu_s) - $(jget "$p0" cpu_s), 3))")}"
 }
 
 # measure_cycles N: CYCLES create/destroy cycles beside N traced VMs.
@@ -309,6 +356,27 @@ if [ "$MANY_PROCS" != 0 ]; then
   idle=$(cpu_window $((IDLE_SECS > 0 ? IDLE_SECS / 2 : 1)))
   check_s=$(check_wall)
   record "{\"kind\":\"many_procs\",\"n\":$last,\"procs\":$(meter procs),\"cycle\":\"$cycle\",\"sighups\":$CYCLE_SIGHUPS,\"idle\":\"$idle\",\"check_s\":$check_s,\"dnspath_s\":$(meter metric nodegate_check_duration_seconds check=dns-path)}"
+fi
+
+# Events lost against the ring's size under DNS load over every guest: one agent per ring size
+# and repeat, the sizes interleaved so each sees the same machine; the poll thread's wakeups are
+# the agent's context switches over the load (every thread's: the poller's dominate under load).
+if [ -n "$RING_KIBS" ]; then
+  stop_agent
+  for ((rep = 1; rep <= RING_REPEATS; rep++)); do
+    for kib in $RING_KIBS; do
+      start_agent $kib
+      [ "$(meter wait_hops $last 120)" != -1 ] || log "ring $kib KiB: not every launcher traced"
+      sleep 2
+      for rate in $RING_RATES; do
+        lost=$(load_record "\"kind\":\"ring\",\"n\":$last,\"ring_kib\":$kib,\"rep\":$rep," $rate $last)
+        log "ring $kib KiB, rep $rep, $rate/s: lost $lost (since the agent started)"
+      done
+      stop_agent
+    done
+  done
+  start_agent
+  [ "$(meter wait_hops $last 120)" != -1 ] || log "after the ring phase: not every launcher traced"
 fi
 
 # Every VM goes: nothing of the agent's may be left on any device, nor a netns held.

@@ -25,6 +25,7 @@ warm. Everything it reads is the kernel's or the agent's own account:
   filters_of ID,... PREFIX
                        the same for programs by id (after their holder exited)
   procs                processes on the host
+  cycle                the agent's probe-cycle counters: cycles, their wall and CPU seconds
 Usage: density_meter.py DEBUG_PORT METRICS_PORT (commands on stdin)."""
 import http.client
 import json
@@ -165,6 +166,13 @@ def metric(name, *filters):
     return sum(hit) if hit else None
 
 
+def cycle():
+    # Full cycles only (every probe): a triggered one runs a probe or two.
+    return {"cycles": metric("nodegate_agent_cycles_total", "scope=full"),
+            "wall_s": metric("nodegate_agent_cycle_seconds_total", "scope=full"),
+            "cpu_s": metric("nodegate_agent_cycle_cpu_seconds_total", "scope=full")}
+
+
 def bpftool(*args):
     r = subprocess.run(["bpftool", "-j", *args], capture_output=True, text=True)
     return json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
@@ -253,6 +261,7 @@ COMMANDS = {
     "prog_ids": lambda pid: held_ids(int(pid), "prog_id"),
     "filters_of": lambda ids, prefix: filters({int(i) for i in ids.split(",") if i}, prefix),
     "procs": procs,
+    "cycle": cycle,
 }
 
 for line in sys.stdin:

@@ -24,14 +24,24 @@ def window(text):
     return float(c), int(s), float(w)
 
 
+def cycle(text):
+    """cycle_window's "cpu_s switches wall_s cycles cycle_wall_s cycle_cpu_s" -> the agent's own
+    mean per cycle (wall ms, CPU ms, cycles) or None (older records, no cycles)."""
+    f = (text or "").split()
+    if len(f) < 6 or int(f[3]) == 0:
+        return None
+    n = int(f[3])
+    return 1000 * float(f[4]) / n, 1000 * float(f[5]) / n, n
+
+
 def disc(rec):
     """Discovery counters over a window: passes, full ones, netns listed, and what asked for them
     (rescans alone for records of agents that kept no more)."""
     a, b = rec.get("disc0"), rec.get("disc1")
     if not a or not b:
         return {"rescans": rec.get("rescans")}
-    d = {k: b[k] - a[k] for k in ("rescans", "event_rescans", "full_rescans", "netns_listed")
-         if k in b}
+    d = {k: b[k] - a[k] for k in ("rescans", "event_rescans", "full_rescans", "netns_listed",
+                                  "pass_seconds") if k in b}
     d["asked_by"] = {k: b["asked_by"][k] - a["asked_by"][k] for k in b.get("asked_by", {})}
     return d
 
@@ -39,6 +49,13 @@ def disc(rec):
 def asked(d):
     by = d.get("asked_by") or {}
     return ", ".join(f"{k} {v}" for k, v in by.items() if v) or ("none" if by else None)
+
+
+def under_load(r):
+    """A load record's differences over the load: agent CPU s, context switches, tracer events,
+    events lost."""
+    return (r["cpu1"]["cpu_s"] - r["cpu0"]["cpu_s"], r["cpu1"]["switches"] - r["cpu0"]["switches"],
+            r["s1"]["events"] - r["s0"]["events"], r["s1"]["events_lost"] - r["s0"]["events_lost"])
 
 
 def pct(cpu_s, wall_s):
@@ -68,6 +85,12 @@ if ne:
     print(f"node_exporter (prometheus-node-exporter, default collectors) in the same run: "
           f"RSS {ne['idle']['rss_kib']} KiB idle, {ne['scraped']['rss_kib']} KiB after 10 "
           f"scrapes (USS {ne['scraped']['uss_kib']} KiB).\n")
+
+foreign = [s for s in sizes if s.get("foreign")]
+if foreign:
+    print("**Another test's virt-launcher processes ran during this run** (the agent traces every "
+          "launcher on the host): " + ", ".join(f"{s['foreign']} at the end of the {s['n']}-VM "
+                                                 "size" for s in foreign) + ".\n")
 
 # --- memory, CPU at idle, attachments ------------------------------------------------------------
 base = sizes[0]
@@ -100,23 +123,34 @@ if after:
         if not a:
             continue
         cpu_s, switches, wall = window(a["idle"])
+        st = a.get("settled") or {}
         body.append([s["n"], a["mem"]["rss_kib"], a["mem"]["uss_kib"],
                      a["mem"]["rss_kib"] - s["mem"]["rss_kib"], pct(cpu_s, wall),
-                     switches / wall if wall else None])
-    print(table(["VMs", "RSS KiB", "USS KiB", "RSS growth KiB", "idle CPU %", "wakeups/s"], body))
+                     switches / wall if wall else None, st.get("rss_kib"), st.get("uss_kib")])
+    print(table(["VMs", "RSS KiB", "USS KiB", "RSS growth KiB", "idle CPU %", "wakeups/s",
+                 "RSS KiB after the idle window", "USS KiB"], body))
 
 # --- probe cycle and check against the VM and process count --------------------------------------
-print("\n### The dns-path check and `nodegate check` against VMs and processes\n")
+print("\n### The probe cycle and `nodegate check` against VMs and processes\n")
+print("A full cycle (every probe, after a SIGHUP) as the agent times it: "
+      "`nodegate_agent_cycle_seconds_total` and `nodegate_agent_cycle_cpu_seconds_total` over "
+      "`nodegate_agent_cycles_total` in the window.\n")
 body = []
 many = one("many_procs")
 points = sizes + ([many] if many else [])
 ref = sizes[0].get("dnspath_s")
+ref_cycle = cycle(sizes[0].get("cycle"))
+ref_check = sizes[0].get("check_s")
 for s in points:
     d = s.get("dnspath_s")
-    body.append([s["n"], s["procs"], d and 1000 * d, d / ref if d and ref else None,
-                 s.get("check_s") and 1000 * s["check_s"]])
-print(table(["VMs", "processes", "dns-path check ms (agent)", f"vs {sizes[0]['n']} VM",
-             "`nodegate check` wall ms (median of 3)"], body))
+    c = cycle(s.get("cycle"))
+    ck = s.get("check_s")
+    body.append([s["n"], s["procs"], c and c[2], c and c[0], c and ref_cycle and c[0] / ref_cycle[0],
+                 c and c[1], c and ref_cycle and c[1] / ref_cycle[1], d and 1e6 * d,
+                 ck and 1000 * ck, ck and ref_check and ck / ref_check])
+print(table(["VMs", "processes", "cycles", "cycle wall ms", f"vs {sizes[0]['n']} VM",
+             "cycle CPU ms", f"vs {sizes[0]['n']} VM", "dns-path check µs (last run)",
+             "`nodegate check` wall ms (median of 3)", f"vs {sizes[0]['n']} VM"], body))
 
 # --- DNS load -----------------------------------------------------------------------------------
 loads = kind("load")
@@ -125,9 +159,7 @@ if loads:
     body = []
     for r in loads:
         bl = r["blast"]
-        cpu = r["cpu1"]["cpu_s"] - r["cpu0"]["cpu_s"]
-        ev = r["s1"]["events"] - r["s0"]["events"]
-        lost = r["s1"]["events_lost"] - r["s0"]["events_lost"]
+        cpu, _, ev, lost = under_load(r)
         qps = bl["sent_per_s"]
         p = pct(cpu, bl["seconds"])
         body.append([r["n"], r["rate"], qps, bl["answered"] / bl["seconds"], bl["answered_min"],
@@ -152,12 +184,36 @@ if lat:
         c = cost.get(n)
         d = disc(c) if c else {}
         row.append(1000 * c["cpu_s"] / d["rescans"] if d.get("rescans") else None)
+        # The meter's polling alone over as long as it polled during the arrivals and departures.
+        polled_s = sum(max(r["attach_ms"], 0) + max(r["detach_ms"], 0) for r in at) / 1000
+        poll = c.get("poll_cpu_s") / c["poll_s"] * polled_s if c and c.get("poll_s") else None
+        row.append(1000 * poll / d["rescans"] if poll is not None and d.get("rescans") else None)
+        row.append(1000 * d["pass_seconds"] / d["rescans"]
+                   if d.get("rescans") and "pass_seconds" in d else None)
         row += [d.get("rescans"), d.get("full_rescans"), d.get("netns_listed")]
         body.append(row)
     print(table(["VMs traced", "times", "exec → 4 hops traced: median ms", "max ms",
                  "exit → untraced: median ms", "max ms", "netns deleted → host veth gone: median ms",
-                 "max ms", "filters left", "agent CPU ms per rescan", "rescans", "of them full",
-                 "netns listed"], body))
+                 "max ms", "filters left", "agent CPU ms per rescan", "of it the meter's polling",
+                 "pass wall ms (agent's own timing)", "rescans", "of them full", "netns listed"],
+                body))
+
+rings = kind("ring")
+if rings:
+    print("\n### Events lost against the ring size, DNS load over every guest\n")
+    print("One agent per ring size and repeat, interleaved; wakeups/s: the agent's context "
+          "switches over the load, all threads.\n")
+    body = []
+    for r in rings:
+        bl = r["blast"]
+        cpu, sw, ev, lost = under_load(r)
+        body.append([r["ring_kib"], r["rep"], r["n"], r["rate"], bl["sent_per_s"],
+                     bl["answered"] / bl["seconds"], ev / bl["seconds"], lost,
+                     100 * lost / (ev + lost) if ev + lost else None, pct(cpu, bl["seconds"]),
+                     sw / bl["seconds"], r["mem"]["rss_kib"]])
+    print(table(["ring KiB", "repeat", "VMs", "offered queries/s", "sent/s", "answered/s",
+                 "tracer events/s", "events lost", "lost %", "agent CPU %", "wakeups/s",
+                 "RSS KiB after"], body))
 
 cyc = one("cycles")
 if cyc:
