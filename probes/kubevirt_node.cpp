@@ -143,6 +143,11 @@ void compareDevices(const KubeVirtNodeInputs& in, std::vector<Finding>& out, Che
   }
 }
 
+Evidence staleViewEvidence(const KubeVirtFacts& f) {
+  return {"pods on this node", "the last complete view: the watch broke a moment ago (" +
+                                   f.pods_error + ") and is being re-established"};
+}
+
 void checkHandlers(const KubeVirtNodeInputs& in, std::vector<Finding>& out, CheckResult& r) {
   const auto& f = in.facts;
   if (!f.pods_complete) {
@@ -153,6 +158,7 @@ void checkHandlers(const KubeVirtNodeInputs& in, std::vector<Finding>& out, Chec
                    kPodViewHint});
     return;
   }
+  if (f.pods_stale) r.evidence.push_back(staleViewEvidence(f));
   bool any_ready = false;
   for (const auto& h : f.handlers) {
     any_ready = any_ready || (h.ready && !h.deleting);
@@ -349,6 +355,7 @@ CheckResult evaluateKubeVirtNode(const KubeVirtNodeInputs& in) {
                                "resources, no kubevirt.io/schedulable label, no virt-handler pod");
     r.evidence.push_back({"node", "no KubeVirt resources, labels or annotations"});
     r.evidence.push_back({"pods on this node", "no virt-handler pod"});
+    if (f.pods_stale) r.evidence.push_back(staleViewEvidence(f));
     return r;
   }
 

@@ -70,6 +70,9 @@ struct KubeVirtFacts {
   std::optional<KubeVirtNodeView> node;  // nullopt: the Node has not been read (node_error: why)
   std::string node_error;
   bool pods_complete = false;  // the pods bound to this node are listed and watched
+  // The pod view broke a moment ago (pods_error says how) and `handlers` is its last complete
+  // state: the source's grace for a watch that is re-established at once.
+  bool pods_stale = false;
   std::string pods_error;
   std::vector<VirtHandlerPod> handlers;
 };

@@ -27,6 +27,18 @@ KubeVirtFacts KubeVirtFactsBoard::facts() {
     return f;
   }
   HandlerView h = pods_->handlers();
+  if (!h.complete) {
+    std::lock_guard l(mu_);
+    if (last_complete_ && incomplete_since_ &&
+        std::chrono::steady_clock::now() - *incomplete_since_ < kPodViewGrace) {
+      // Briefly incomplete: the last complete view, with why it is not fresh.
+      f.pods_complete = true;
+      f.handlers = last_complete_->handlers;
+      f.pods_error = h.why;
+      f.pods_stale = true;
+      return f;
+    }
+  }
   f.pods_complete = h.complete;
   f.pods_error = h.why;
   f.handlers = std::move(h.handlers);
@@ -49,6 +61,12 @@ void KubeVirtFactsBoard::podsChanged() {
   HandlerView h = pods_->handlers();
   {
     std::lock_guard l(mu_);
+    if (h.complete) {
+      last_complete_ = h;
+      incomplete_since_.reset();
+    } else if (!incomplete_since_) {
+      incomplete_since_ = std::chrono::steady_clock::now();
+    }
     if (handlers_ && *handlers_ == h) return;
     handlers_ = std::move(h);
   }

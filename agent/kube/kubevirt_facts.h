@@ -21,6 +21,8 @@ namespace nodegate::kube {
 
 class KubeVirtFactsBoard final : public KubeVirtSource {
  public:
+  static constexpr std::chrono::seconds kPodViewGrace{60};
+
   // pods: this node's pod source; null when the pod watch is off (kube.pod_watch=false): the
   // virt-handler pods are then never known (PodViewIncomplete).
   explicit KubeVirtFactsBoard(std::shared_ptr<PodSource> pods);
@@ -52,6 +54,11 @@ class KubeVirtFactsBoard final : public KubeVirtSource {
   std::condition_variable seen_cv_;
   std::optional<KubeVirtNodeView> node_;
   std::optional<HandlerView> handlers_;  // as last reported to the hook
+  // The pods as last seen complete, and since when the view is not: a watch that breaks and is
+  // re-established a moment later (a dropped connection, a restored etcd) is no news about
+  // virt-handler, so for kPodViewGrace the last complete view stands in (said in the facts).
+  std::optional<HandlerView> last_complete_;
+  std::optional<std::chrono::steady_clock::time_point> incomplete_since_;
   std::function<void()> on_change_;
 };
 

@@ -240,7 +240,16 @@ int threadsOfThisProcess() {
 
 // Between cycles the agent keeps no probe threads: each run's thread ends with the run.
 TEST(Runner, NoProbeThreadOutlivesItsRun) {
-  const int before = threadsOfThisProcess();
+  // The probe threads of the tests before this one end on their own, a moment after their runs
+  // (detached): count from when none is left (the count held for 100 ms), or a loaded machine
+  // makes this test see them leave.
+  int before = threadsOfThisProcess();
+  for (int i = 0, steady = 0; i < 300 && steady < 10; i++) {
+    std::this_thread::sleep_for(10ms);
+    const int n = threadsOfThisProcess();
+    steady = n == before ? steady + 1 : 0;
+    before = n;
+  }
   Fixture f(routingProbes());
   EXPECT_EQ(threadsOfThisProcess(), before);
   f.runner->runCycle(kTriggerTimer);
@@ -480,6 +489,11 @@ TEST(Runner, AReaderOfAHangingCheckRunsAtItsDeadlineAndSeesUnknown) {
   EXPECT_EQ(f.probes[1]->runs, 2);
   EXPECT_THAT(f.probes[1]->seen()->at("hang").message, HasSubstr("has not returned"));
   *release = true;
+  // Its thread ends before the next test counts threads.
+  for (int i = 0; i < 200 && f.probes[0]->finished() == std::chrono::steady_clock::time_point{};
+       ++i)
+    std::this_thread::sleep_for(10ms);
+  std::this_thread::sleep_for(20ms);  // from the probe's return to the thread's exit
 }
 
 // A cycle that runs a check runs its readers too; one that runs only the reader hands it the

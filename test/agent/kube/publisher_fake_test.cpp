@@ -13,6 +13,7 @@
 #include "fake_api.h"
 #include "kube/cluster_dns.h"
 #include "kube/kubeconfig.h"
+#include "kube/kubevirt_facts.h"
 #include "nodegate/config.h"
 #include "nodegate/host_root.h"
 #include "nodegate/log.h"
@@ -553,6 +554,31 @@ std::string kubectlPath() {
   for (const char* p : {"/usr/local/bin/kubectl", "/usr/bin/kubectl"})
     if (::access(p, X_OK) == 0) return p;
   return {};
+}
+
+// kubevirt-node's board over the real pod source: a pod watch that breaks is not news about
+// virt-handler for a moment, so the board keeps the last complete view (and says so) instead of
+// flipping the check to PodViewIncomplete at every dropped connection.
+TEST_F(PublisherFake, KubeVirtFactsKeepTheLastCompletePodViewThroughABrokenWatch) {
+  auto conn = connection();
+  PodSourceOptions po;
+  po.node_name = node_;
+  po.seed = 1;
+  po.watch_timeout_s = 30;
+  auto pods = std::make_shared<PodSource>(conn, po);
+  KubeVirtFactsBoard board(pods);
+  ASSERT_TRUE(eventually([&] { return board.facts().pods_complete; }, 10s));
+  EXPECT_FALSE(board.facts().pods_stale);
+
+  // Every pod request fails from now on: the watch breaks and the relists fail.
+  api_->fault({{"status", 500}, {"path_re", "^/api/v1/pods"}, {"count", -1}});
+  api_->call("POST", "/fake/drop-watches");
+  ASSERT_TRUE(eventually([&] { return !pods->handlers().complete; }, 10s));
+  KubeVirtFacts f = board.facts();
+  EXPECT_TRUE(f.pods_complete);  // within KubeVirtFactsBoard::kPodViewGrace
+  EXPECT_TRUE(f.pods_stale);
+  EXPECT_FALSE(f.pods_error.empty());
+  api_->clearFaults();
 }
 
 TEST_F(PublisherFake, StaleConditionIsDeletedAndOthersStay) {
