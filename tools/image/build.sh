@@ -35,10 +35,20 @@ install -D -m 0755 "$src/tools/image/nodegate-cleanup" "$out/staging/usr/local/b
 
 # The root: Debian's essential set plus the runtime packages, the staged tree copied in by a hook,
 # apt's lists, caches and logs removed so that only package contents and our files remain.
-mmdebstrap --quiet --variant=essential --include="$pkgs" --mode=root \
-  --customize-hook="cp -a '$out/staging/.' \"\$1/\"" \
-  --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/* "$1"/var/cache/ldconfig/aux-cache' \
-  bookworm "$out/rootfs.tar"
+# The archive is a network peer: a download that fails (a mirror mid-sync, a dropped connection;
+# seen as "apt download failed" a few seconds in) is tried again, at most three times in all.
+for attempt in 1 2 3; do
+  if mmdebstrap --quiet --variant=essential --include="$pkgs" --mode=root \
+    --customize-hook="cp -a '$out/staging/.' \"\$1/\"" \
+    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/* "$1"/var/cache/ldconfig/aux-cache' \
+    bookworm "$out/rootfs.tar"; then
+    break
+  fi
+  [ "$attempt" -lt 3 ] || { echo "build.sh: mmdebstrap failed three times" >&2; exit 1; }
+  echo "build.sh: mmdebstrap failed (attempt $attempt of 3); trying again in 10 s" >&2
+  rm -f "$out/rootfs.tar"
+  sleep 10
+done
 
 # The OCI layout: one layer from the root, the chart's entrypoint, timestamps clamped.
 umoci init --layout "$out/oci"
