@@ -39,16 +39,6 @@ expect() {
   check "$1" wait_for "$2" "any(($3) for t in j['traces'])" "/api/v1/dns/traces?vmi=ngdns/vm1&after=$AFTER"
   [ $fails = $before ] || "$NODEGATE" dns trace --api $API --vmi ngdns/vm1 | tail -6
 }
-metric_has() {  # result label of nodegate_dns_queries_total for vm1 (counted on the next tick)
-  local i
-  for i in $(seq 30); do
-    curl -sf http://127.0.0.1:$PORT_METRICS/metrics |
-      grep -q "^nodegate_dns_queries_total{namespace=\"ngdns\",result=\"$1\",vmi=\"vm1\"} [1-9]" && return 0
-    sleep 0.1
-  done
-  return 1
-}
-cli_has() { "$NODEGATE" dns trace --api $API --vmi ngdns/vm1 | grep -qF -- "$1"; }
 nft_guard() {  # nft_guard NETNS RULES: a table of our own, replaced each time
   ip netns exec $1 nft delete table inet ngfail 2>/dev/null || true
   [ -z "$2" ] || ip netns exec $1 nft -f - <<NFT

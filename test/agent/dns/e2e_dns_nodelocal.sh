@@ -65,16 +65,6 @@ for t in json.load(open(sys.argv[1]))["traces"]:
           [h["hop"] for h in t["hops"]])' $TMP/last.json; }
 }
 dig_cache() { ip netns exec $G dig +time=2 +tries=1 @$CACHE_IP "$1" A > $TMP/dig.txt 2>&1 || true; }
-metric_has() {
-  local i
-  for i in $(seq 30); do
-    curl -sf http://127.0.0.1:$PORT_METRICS/metrics |
-      grep -q "^nodegate_dns_queries_total{namespace=\"ngdns\",result=\"$1\",vmi=\"vm1\"} [1-9]" && return 0
-    sleep 0.1
-  done
-  return 1
-}
-cli_has() { "$NODEGATE" dns trace --api $API --vmi ngdns/vm1 | grep -qF -- "$1"; }
 
 # --- (a) healthy: answered at the host -----------------------------------------------------------
 AFTER=$(seq_now)

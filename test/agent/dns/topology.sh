@@ -305,3 +305,16 @@ PY
   done
   return 1
 }
+# metric_has RESULT: nodegate_dns_queries_total counts vm1's queries with that result label (the
+# accounting counts them on its next tick: a few tries). $PORT_METRICS: the agent's metrics port.
+metric_has() {
+  local i
+  for i in $(seq 30); do
+    curl -sf http://127.0.0.1:$PORT_METRICS/metrics |
+      grep -q "^nodegate_dns_queries_total{namespace=\"ngdns\",result=\"$1\",vmi=\"vm1\"} [1-9]" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# cli_has TEXT: `nodegate dns trace` for vm1 prints TEXT.
+cli_has() { "$NODEGATE" dns trace --api $API --vmi ngdns/vm1 | grep -qF -- "$1"; }
