@@ -136,6 +136,28 @@ void wireKubeVirtFacts(kube::KubeVirtFactsBoard* board, const std::shared_ptr<Ru
             {{"waited_ms", std::to_string(waited.count())}});
 }
 
+// dns-path's facts from the API re-run it when they change, not at the next resync: new cluster
+// DNS facts (the Service's address a ClusterFirst VMI asks first, the node-local cache's), and the
+// launcher pods' DNS configuration (published on every change of the pod view, on the pod
+// source's thread; the source outlives its listeners). pods: null without a pod watch.
+void wireDnsPathFacts(ClusterDnsBoard& cluster_dns, const std::shared_ptr<VmiDnsBoard>& vmi_dns,
+                      kube::PodSource* pods, const std::shared_ptr<Runner>& runner) {
+  // Weak, as for the KubeVirt facts: the runner holds the board (through the probe).
+  cluster_dns.onChange([weak = std::weak_ptr<Runner>(runner)] {
+    if (auto r = weak.lock()) r->trigger(kTriggerDns);
+  });
+  if (!pods) return;
+  pods->subscribe([pods, vmi_dns, runner] {
+    VmiDnsConfigs now = pods->vmiDns();
+    const auto before = vmi_dns->configs();
+    const bool changed = !before || before->complete != now.complete || before->vmis != now.vmis;
+    vmi_dns->publish(std::move(now));
+    if (changed) runner->trigger(kTriggerDns);
+  });
+  // After subscribing: a change in between is not lost (both publish the current view).
+  vmi_dns->publish(pods->vmiDns());
+}
+
 // Takes signals until SIGTERM or SIGINT; SIGHUP reloads --config (a bad one keeps the old).
 void serveSignals(const sigset_t& sigs, const Options& opts, Runner& runner) {
   for (;;) {
@@ -213,11 +235,6 @@ int runAgent(const Options& opts) {
   runner->addPublisher(std::make_shared<MetricsPublisher>(registry));
   runner->addPublisher(kube->publisher);
   wireKubeVirtFacts(kube->kubevirt.get(), runner);
-  // New cluster DNS facts (the Service's address a ClusterFirst VMI asks first, the node-local
-  // cache's) re-run dns-path at once. Weak, as for the KubeVirt facts: the runner holds the board.
-  cluster_dns->onChange([weak = std::weak_ptr<Runner>(runner)] {
-    if (auto r = weak.lock()) r->trigger(kTriggerDns);
-  });
   ProcessMetrics process(*registry, HostRoot("/"));
 
   PageSections sections;
@@ -231,20 +248,7 @@ int runAgent(const Options& opts) {
   AgentRouters routers = makeAgentRouters(ep);
 
   runner->start();
-  // The launcher pods' DNS configuration, on every change of the pod view (the pod source's
-  // thread; the source outlives its listeners); a change re-runs dns-path's prediction.
-  if (kube->pods) {
-    kube::PodSource* pods = kube->pods.get();
-    pods->subscribe([pods, vmi_dns, runner] {
-      VmiDnsConfigs now = pods->vmiDns();
-      const auto before = vmi_dns->configs();
-      const bool changed = !before || before->complete != now.complete || before->vmis != now.vmis;
-      vmi_dns->publish(std::move(now));
-      if (changed) runner->trigger(kTriggerDns);
-    });
-    // After subscribing: a change in between is not lost (both publish the current view).
-    vmi_dns->publish(pods->vmiDns());
-  }
+  wireDnsPathFacts(*cluster_dns, vmi_dns, kube->pods.get(), runner);
   auto events = KernelEvents::start(
       host, [runner](std::uint32_t bits) { runner->trigger(bits); }, registry, seams);
   if (!events)
