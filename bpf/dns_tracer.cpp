@@ -112,6 +112,7 @@ struct DnsTracer::Impl {
   TracerOptions opts;
   ng_dns_tracer_bpf* skel = nullptr;
   bpf_program* drop_prog = nullptr;  // the kfree_skb flavour that loaded (tp_btf or raw_tp)
+  uint32_t tc_prog_id = 0;  // the classifier's kernel id: tells our tc filters from others'
   bool drops = false;
   std::unordered_map<uint32_t, std::string> reasons;
 
@@ -305,6 +306,64 @@ bpf_tc_opts detachOpts(const TcFilter& f) {
   return o;
 }
 
+// The name our filters carry (`tc filter show`: "bpf name ng_tc"); with the program id it is how a
+// filter on a hook is recognised as ours.
+constexpr const char* kFilterName = "ng_tc";
+
+bool ignorableDetachError(int err) {
+  // The device or its qdisc went away, and our filter with it.
+  return err == 0 || err == ENOENT || err == ENODEV || err == EINVAL;
+}
+
+// Removes our filter f from one hook of the current netns's ifindex, but only while the filter at
+// its handle and priority is still ours: a cls_bpf filter named ng_tc running our program. If it
+// is gone (someone removed the qdisc) that handle and priority may since hold someone else's
+// filter, which stays. Returns a positive errno, 0 on success or nothing to remove.
+int removeOwnFilter(int ifindex, bool ingress, const TcFilter& f, uint32_t prog_id) {
+  auto list = listFilters(ifindex, ingress);
+  if (!list) return list.error().code;
+  for (const TcFilterEntry& e : *list) {
+    if (e.handle != f.handle || e.priority != f.priority) continue;
+    if (e.kind != "bpf" || e.bpf_name != kFilterName || e.prog_id != prog_id) {
+      log::warn("dns tracer: our tc filter was replaced, leaving the new one",
+                {{"ifindex", std::to_string(ifindex)},
+                 {"hook", ingress ? "ingress" : "egress"},
+                 {"kind", e.kind},
+                 {"name", e.bpf_name},
+                 {"prog_id", std::to_string(e.prog_id)}});
+      return 0;
+    }
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
+                .attach_point = ingress ? BPF_TC_INGRESS : BPF_TC_EGRESS);
+    bpf_tc_opts del = detachOpts(f);
+    const int err = -bpf_tc_detach(&hook, &del);
+    return ignorableDetachError(err) ? 0 : err;
+  }
+  return 0;
+}
+
+// Removes the clsact qdisc on the current netns's ifindex when neither of its hooks holds a filter
+// any more (after ours are gone): deleting the qdisc deletes every filter on it, and one left
+// there belongs to someone else (another agent, a CNI, a user). A filter added between the listing
+// and the delete is not seen; netlink has no conditional delete. Returns a positive errno or 0.
+int removeQdiscIfEmpty(int ifindex) {
+  for (bool ingress : {true, false}) {
+    auto list = listFilters(ifindex, ingress);
+    if (!list) return list.error().code;
+    if (!list->empty()) {
+      log::debug("dns tracer: clsact qdisc kept, other filters remain",
+                 {{"ifindex", std::to_string(ifindex)},
+                  {"hook", ingress ? "ingress" : "egress"},
+                  {"filters", std::to_string(list->size())}});
+      return 0;
+    }
+  }
+  LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
+              .attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS));
+  const int err = -bpf_tc_hook_destroy(&hook);
+  return ignorableDetachError(err) ? 0 : err;
+}
+
 }  // namespace
 
 DnsTracer::DnsTracer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -372,6 +431,15 @@ Result<std::unique_ptr<DnsTracer>> DnsTracer::open(const TracerOptions& opts) {
               {{"reason", "tp_btf program rejected: " + std::string(std::strerror(-err))}});
   }
 
+  // Its id is how detach() knows a filter at our handle and priority is still ours.
+  {
+    bpf_prog_info info{};
+    uint32_t len = sizeof info;
+    if (int err = bpf_obj_get_info_by_fd(bpf_program__fd(impl->skel->progs.ng_tc), &info, &len))
+      return libbpfError(err, "read the dns classifier's program id");
+    impl->tc_prog_id = info.id;
+  }
+
   // The kfree_skb link comes and goes with the attached devices (Impl::setActive); one attach here
   // finds out now whether the kernel allows it at all, so dropsAvailable() is true from the start.
   if (impl->drop_prog != nullptr) {
@@ -399,6 +467,7 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
   std::lock_guard lock(impl_->mu);
   // One program for both hooks: it reads the direction from the skb (dns_tracer.bpf.c).
   const int prog_fd = bpf_program__fd(impl_->skel->progs.ng_tc);
+  const uint32_t prog_id = impl_->tc_prog_id;
   const std::string procfs = impl_->opts.procfs;
   const uint16_t id = impl_->nextId();  // unused if the device turns out to be attached already
   if (id == 0) return Error{ENOSPC, "failed to attach dns tracer: no free attachment id"};
@@ -430,20 +499,15 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
 
     // The kernel picks a priority ahead of the existing filters; we return TC_ACT_UNSPEC, so
     // theirs still run and decide. Our own netlink request, because the filter needs a classid
-    // (tc_filter.h). Detach only needs handle and priority.
-    auto in = addClsBpfFilter(target.ifindex, true, prog_fd, id, "ng_tc");
-    auto out = in ? addClsBpfFilter(target.ifindex, false, prog_fd, id, "ng_tc")
+    // (tc_filter.h). Detach finds them by handle and priority and removes them only while they
+    // are still ours (removeOwnFilter).
+    auto in = addClsBpfFilter(target.ifindex, true, prog_fd, id, kFilterName);
+    auto out = in ? addClsBpfFilter(target.ifindex, false, prog_fd, id, kFilterName)
                   : Result<TcFilter>(in.error());
-    if (in && !out) {
-      hook.attach_point = BPF_TC_INGRESS;
-      bpf_tc_opts del = detachOpts(*in);
-      bpf_tc_detach(&hook, &del);
-    }
     if (!out) {
-      if (a.info.created_qdisc) {
-        hook.attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS);
-        bpf_tc_hook_destroy(&hook);
-      }
+      // Undo only what this attach did; cleanup errors are secondary to the one reported.
+      if (in) removeOwnFilter(target.ifindex, true, *in, prog_id);
+      if (a.info.created_qdisc) removeQdiscIfEmpty(target.ifindex);
       Error e = out.error();
       e.message += " (device " + dev + ")";
       return e;
@@ -481,29 +545,17 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
 
 namespace {
 
-// Removes our two filters (and clsact if we made it). A device or netns that vanished took our
-// filters with it: that is success, not an error.
-Result<void> removeFilters(const Attachment& a, const std::string& procfs) {
+// Removes our two filters, and clsact if we made it and nothing else is left on it. A device or
+// netns that vanished took our filters with it: that is success, not an error.
+Result<void> removeFilters(const Attachment& a, const std::string& procfs, uint32_t prog_id) {
   return inNetns(a.netns_path, [&]() -> Result<void> {
     auto ino = statInode(procfs + "/thread-self/ns/net");
     if (!ino) return ino.error();
     if (*ino != a.info.netns_ino) return {};  // the path now names another netns: ours is gone
-    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = a.info.ifindex);
-    int first_err = 0;
-    for (auto [point, filter] :
-         {std::pair{BPF_TC_INGRESS, a.ingress}, std::pair{BPF_TC_EGRESS, a.egress}}) {
-      hook.attach_point = point;
-      bpf_tc_opts del = detachOpts(filter);
-      int err = bpf_tc_detach(&hook, &del);
-      if (err != 0 && err != -ENOENT && err != -ENODEV && err != -EINVAL && first_err == 0)
-        first_err = err;
-    }
-    if (a.info.created_qdisc) {
-      hook.attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS);
-      int err = bpf_tc_hook_destroy(&hook);
-      if (err != 0 && err != -ENOENT && err != -ENODEV && err != -EINVAL && first_err == 0)
-        first_err = err;
-    }
+    int first_err = removeOwnFilter(a.info.ifindex, true, a.ingress, prog_id);
+    if (int err = removeOwnFilter(a.info.ifindex, false, a.egress, prog_id); first_err == 0)
+      first_err = err;
+    if (a.info.created_qdisc && first_err == 0) first_err = removeQdiscIfEmpty(a.info.ifindex);
     if (first_err != 0)
       return libbpfError(first_err,
                          "detach tc program from ifindex " + std::to_string(a.info.ifindex));
@@ -521,7 +573,7 @@ Result<void> DnsTracer::detach(uint64_t netns_ino, int ifindex) {
                              " in netns " + std::to_string(netns_ino) + " is not attached"};
   Result<void> r;
   if (!it->second.netns_path.empty() || netnsInode("").valueOr(0) == netns_ino)
-    r = removeFilters(it->second, impl_->opts.procfs);
+    r = removeFilters(it->second, impl_->opts.procfs, impl_->tc_prog_id);
   // The netns file is gone (pod deleted): its devices and our filters went with it.
   if (!r && r.error().code == ENOENT) r = {};
   {
