@@ -4,6 +4,7 @@
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <net/if.h>
 #include <sched.h>
@@ -17,9 +18,11 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -102,6 +105,14 @@ struct Attachment {
 
 using AttachKey = std::pair<uint64_t, int>;
 
+// The ids of the BPF programs live processes hold, as last read from procfs (heldPrograms()).
+// Read again after kHeldProgramsTtl: a scan of every process's fds is not done per attach().
+struct HeldPrograms {
+  std::optional<Result<std::set<uint32_t>>> ids;
+  std::chrono::steady_clock::time_point read_at{};
+};
+constexpr std::chrono::seconds kHeldProgramsTtl{10};
+
 // Attachment ids are cls_bpf classids, of which the program sees the 16 minor bits; 0 means "not
 // ours" and 0xFFF2/0xFFF3 are clsact's own ingress and egress minors.
 constexpr uint16_t kMaxAttachId = 0xFFEF;
@@ -113,6 +124,7 @@ struct DnsTracer::Impl {
   ng_dns_tracer_bpf* skel = nullptr;
   bpf_program* drop_prog = nullptr;  // the kfree_skb flavour that loaded (tp_btf or raw_tp)
   uint32_t tc_prog_id = 0;  // the classifier's kernel id: tells our tc filters from others'
+  HeldPrograms held;        // guarded by mu
   bool drops = false;
   std::unordered_map<uint32_t, std::string> reasons;
 
@@ -364,6 +376,85 @@ int removeQdiscIfEmpty(int ifindex) {
   return ignorableDetachError(err) ? 0 : err;
 }
 
+// PROC_PID_INIT_INO (include/linux/proc_ns.h): the inode of the initial pid namespace, fixed by
+// the kernel. Only a procfs of that namespace shows every process of the machine.
+constexpr uint64_t kInitPidNsInode = 0xEFFFFFFCu;
+
+// Ids of the BPF programs some process of the machine holds a file descriptor of
+// (/proc/PID/fdinfo/N, "prog_id:"). An error when that cannot be known for every process: a procfs
+// of another pid namespace (a pod without hostPID), or a process whose fds may not be read.
+Result<std::set<uint32_t>> heldPrograms(const std::string& procfs) {
+  auto pidns = statInode(procfs + "/self/ns/pid");
+  if (!pidns) return pidns.error();
+  if (*pidns != kInitPidNsInode)
+    return Error{EPERM, procfs + " shows another pid namespace than the host's"};
+  using Dir = std::unique_ptr<DIR, int (*)(DIR*)>;
+  Dir proc(::opendir(procfs.c_str()), ::closedir);
+  if (!proc) return errnoError(errno, "read " + procfs);
+  std::set<uint32_t> held;
+  while (const dirent* p = ::readdir(proc.get())) {
+    if (p->d_name[0] < '0' || p->d_name[0] > '9') continue;
+    const std::string pid_dir = procfs + "/" + p->d_name;
+    Dir fds(::opendir((pid_dir + "/fd").c_str()), ::closedir);
+    if (!fds) {
+      if (errno == ENOENT || errno == ESRCH) continue;  // exited meanwhile
+      return errnoError(errno, "read " + pid_dir + "/fd");
+    }
+    while (const dirent* f = ::readdir(fds.get())) {
+      if (f->d_name[0] == '.') continue;
+      char target[32];
+      const ssize_t n = ::readlinkat(::dirfd(fds.get()), f->d_name, target, sizeof target - 1);
+      if (n <= 0) continue;  // closed meanwhile
+      target[n] = '\0';
+      if (std::strcmp(target, "anon_inode:bpf-prog") != 0) continue;
+      std::ifstream info(pid_dir + "/fdinfo/" + f->d_name);
+      for (std::string line; std::getline(info, line);)
+        if (line.rfind("prog_id:", 0) == 0) {
+          held.insert(static_cast<uint32_t>(std::strtoul(line.c_str() + 8, nullptr, 10)));
+          break;
+        }
+    }
+  }
+  return held;
+}
+
+// Removes the filters a dead agent left on one device of the current netns: cls_bpf filters named
+// ng_tc whose program no live process holds (an agent killed with SIGKILL cannot detach; its
+// filters keep its program and ring buffer in the kernel and run on every packet, and one pair
+// more would stack up per restart). Another live agent's filters (a rolling update with surge)
+// stay, and so does everything when the holders cannot all be seen.
+void removeStaleFilters(int ifindex, uint32_t prog_id, HeldPrograms& held,
+                        const std::string& procfs) {
+  for (bool ingress : {true, false}) {
+    auto list = listFilters(ifindex, ingress);
+    if (!list) return;  // attach adds its filters and reports any error itself
+    for (const TcFilterEntry& e : *list) {
+      if (e.handle == 0 || e.kind != "bpf" || e.bpf_name != kFilterName || e.prog_id == prog_id)
+        continue;
+      const auto now = std::chrono::steady_clock::now();
+      if (!held.ids || now - held.read_at > kHeldProgramsTtl) {
+        held.ids = heldPrograms(procfs);
+        held.read_at = now;
+        if (!held.ids->ok())
+          log::info(
+              "dns tracer: stale tc filters are not removed",
+              {{"reason", "who holds BPF programs is unknown: " + held.ids->error().message}});
+      }
+      if (!held.ids->ok() || held.ids->value().count(e.prog_id) != 0) continue;
+      const int err = removeOwnFilter(ifindex, ingress, {e.handle, e.priority}, e.prog_id);
+      const std::string where = std::to_string(ifindex) + (ingress ? " ingress" : " egress");
+      if (err != 0)
+        log::warn("dns tracer: failed to remove a dead agent's tc filter",
+                  {{"device", where},
+                   {"prog_id", std::to_string(e.prog_id)},
+                   {"error", std::strerror(err)}});
+      else
+        log::info("dns tracer: removed a dead agent's tc filter",
+                  {{"device", where}, {"prog_id", std::to_string(e.prog_id)}});
+    }
+  }
+}
+
 }  // namespace
 
 DnsTracer::DnsTracer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -496,6 +587,7 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
     if (err != 0 && err != -EEXIST)
       return libbpfError(err, "create clsact qdisc on ifindex " + dev);
     a.info.created_qdisc = (err == 0);
+    if (!a.info.created_qdisc) removeStaleFilters(target.ifindex, prog_id, impl_->held, procfs);
 
     // The kernel picks a priority ahead of the existing filters; we return TC_ACT_UNSPEC, so
     // theirs still run and decide. Our own netlink request, because the filter needs a classid

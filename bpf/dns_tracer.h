@@ -10,7 +10,11 @@
 // - attach() is idempotent per (netns, ifindex) and only ever adds observers: the classifier
 //   returns TC_ACT_UNSPEC, so the device's existing tc programs decide as before. Its two
 //   filters carry the attachment's id as their classid (`tc filter show`: "flowid :N"), which is
-//   how the program tells devices apart without reading their netns (bpf/dns_event.h).
+//   how the program tells devices apart without reading their netns (bpf/dns_event.h). On a
+//   device whose clsact it did not create, it first removes the ng_tc filters of dead agents (an
+//   agent killed with SIGKILL leaves its filters running): cls_bpf filters named ng_tc whose
+//   program no process holds, as seen in opts.procfs (the host's pid namespace only; otherwise
+//   nothing is removed). Filters of a live agent stay.
 // - Tracing is on while at least one device is attached: kfree_skb drops are followed from the
 //   first attach() to the last detach() (a drop anywhere on the node is reported then, attached
 //   device or not), and only then is the ring mapped and polled. With nothing attached the tracer

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -708,6 +709,73 @@ TEST_F(DnsAttachTest, DetachLeavesAnotherAgentsFilterAtOurHandleAndPriority) {
   EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "ingress"), 0);
   EXPECT_EQ(capture("tc -n " + net_->a + " qdisc show dev " + net_->dev_a).find("clsact"),
             std::string::npos);  // the second agent created this one
+}
+
+// An agent killed with SIGKILL cannot detach: its filters stay, running its program into a ring
+// nobody reads. The next agent on that device removes them (no live process holds that program)
+// instead of stacking a pair more per restart.
+TEST_F(DnsAttachTest, KilledAgentsFiltersAreReplacedNotStacked) {
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  // The parent has no threads running here (the tracer is not started), so the child may use
+  // libbpf and threads after fork().
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto t = DnsTracer::open({.ring_bytes = 1u << 20, .trace_drops = false});
+    const bool ok =
+        t.ok() &&
+        (*t)->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok();
+    const char c = ok ? '1' : '0';
+    (void)!::write(ready[1], &c, 1);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char c = 0;
+  const bool child_ok = ::read(ready[0], &c, 1) == 1 && c == '1';
+  ::close(ready[0]);
+  struct Reaper {
+    pid_t pid;
+    void kill() {
+      if (pid <= 0) return;
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      pid = 0;
+    }
+    ~Reaper() { kill(); }
+  } first{child};
+  ASSERT_TRUE(child_ok) << "the first agent failed to attach";
+
+  // While that agent lives, its filters are not stale: ours go next to them.
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok());
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "ingress"), 2);
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "egress"), 2);
+  ASSERT_TRUE(tracer_->detach(ino_a_, net_->ifindex_a).ok());
+
+  first.kill();
+  ASSERT_EQ(ngFilters(net_->a, net_->dev_a, "ingress"), 1) << "the killed agent's filter is gone";
+  ASSERT_EQ(ngFilters(net_->a, net_->dev_a, "egress"), 1);
+
+  // The agent started after the kill (tracer_ read who holds which program a moment ago, and
+  // reads it again only kHeldProgramsTtl later).
+  auto next = DnsTracer::open({.ring_bytes = 1u << 20, .trace_drops = false});
+  ASSERT_TRUE(next.ok()) << next.error().message;
+  auto at = (*next)->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a});
+  ASSERT_TRUE(at.ok()) << at.error().message;
+  bpf_prog_info info{};
+  uint32_t len = sizeof info;
+  ASSERT_EQ(bpf_obj_get_info_by_fd((*next)->tcProgFd(), &info, &len), 0);
+  for (const char* dir : {"ingress", "egress"}) {
+    EXPECT_EQ(ngFilters(net_->a, net_->dev_a, dir), 1) << dir;
+    EXPECT_NE(capture("tc -n " + net_->a + " filter show dev " + net_->dev_a + " " + dir)
+                  .find(" id " + std::to_string(info.id) + " "),
+              std::string::npos)
+        << dir << ": the filter left is not ours";
+  }
+  ASSERT_TRUE((*next)->detach(ino_a_, net_->ifindex_a).ok());
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "ingress"), 0);
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "egress"), 0);
 }
 
 // The listing detach relies on: every filter of a hook, ours told apart by name and program id.
