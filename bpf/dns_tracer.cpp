@@ -4,6 +4,7 @@
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <net/if.h>
 #include <sched.h>
@@ -17,9 +18,11 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -102,6 +105,14 @@ struct Attachment {
 
 using AttachKey = std::pair<uint64_t, int>;
 
+// The ids of the BPF programs live processes hold, as last read from procfs (heldPrograms()).
+// Read again after kHeldProgramsTtl: a scan of every process's fds is not done per attach().
+struct HeldPrograms {
+  std::optional<Result<std::set<uint32_t>>> ids;
+  std::chrono::steady_clock::time_point read_at{};
+};
+constexpr std::chrono::seconds kHeldProgramsTtl{10};
+
 // Attachment ids are cls_bpf classids, of which the program sees the 16 minor bits; 0 means "not
 // ours" and 0xFFF2/0xFFF3 are clsact's own ingress and egress minors.
 constexpr uint16_t kMaxAttachId = 0xFFEF;
@@ -112,6 +123,8 @@ struct DnsTracer::Impl {
   TracerOptions opts;
   ng_dns_tracer_bpf* skel = nullptr;
   bpf_program* drop_prog = nullptr;  // the kfree_skb flavour that loaded (tp_btf or raw_tp)
+  uint32_t tc_prog_id = 0;  // the classifier's kernel id: tells our tc filters from others'
+  HeldPrograms held;        // guarded by mu
   bool drops = false;
   std::unordered_map<uint32_t, std::string> reasons;
 
@@ -305,6 +318,143 @@ bpf_tc_opts detachOpts(const TcFilter& f) {
   return o;
 }
 
+// The name our filters carry (`tc filter show`: "bpf name ng_tc"); with the program id it is how a
+// filter on a hook is recognised as ours.
+constexpr const char* kFilterName = "ng_tc";
+
+bool ignorableDetachError(int err) {
+  // The device or its qdisc went away, and our filter with it.
+  return err == 0 || err == ENOENT || err == ENODEV || err == EINVAL;
+}
+
+// Removes our filter f from one hook of the current netns's ifindex, but only while the filter at
+// its handle and priority is still ours: a cls_bpf filter named ng_tc running our program. If it
+// is gone (someone removed the qdisc) that handle and priority may since hold someone else's
+// filter, which stays. Returns a positive errno, 0 on success or nothing to remove.
+int removeOwnFilter(int ifindex, bool ingress, const TcFilter& f, uint32_t prog_id) {
+  auto list = listFilters(ifindex, ingress);
+  if (!list) return list.error().code;
+  for (const TcFilterEntry& e : *list) {
+    if (e.handle != f.handle || e.priority != f.priority) continue;
+    if (e.kind != "bpf" || e.bpf_name != kFilterName || e.prog_id != prog_id) {
+      log::warn("dns tracer: our tc filter was replaced, leaving the new one",
+                {{"ifindex", std::to_string(ifindex)},
+                 {"hook", ingress ? "ingress" : "egress"},
+                 {"kind", e.kind},
+                 {"name", e.bpf_name},
+                 {"prog_id", std::to_string(e.prog_id)}});
+      return 0;
+    }
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
+                .attach_point = ingress ? BPF_TC_INGRESS : BPF_TC_EGRESS);
+    bpf_tc_opts del = detachOpts(f);
+    const int err = -bpf_tc_detach(&hook, &del);
+    return ignorableDetachError(err) ? 0 : err;
+  }
+  return 0;
+}
+
+// Removes the clsact qdisc on the current netns's ifindex when neither of its hooks holds a filter
+// any more (after ours are gone): deleting the qdisc deletes every filter on it, and one left
+// there belongs to someone else (another agent, a CNI, a user). A filter added between the listing
+// and the delete is not seen; netlink has no conditional delete. Returns a positive errno or 0.
+int removeQdiscIfEmpty(int ifindex) {
+  for (bool ingress : {true, false}) {
+    auto list = listFilters(ifindex, ingress);
+    if (!list) return list.error().code;
+    if (!list->empty()) {
+      log::debug("dns tracer: clsact qdisc kept, other filters remain",
+                 {{"ifindex", std::to_string(ifindex)},
+                  {"hook", ingress ? "ingress" : "egress"},
+                  {"filters", std::to_string(list->size())}});
+      return 0;
+    }
+  }
+  LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
+              .attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS));
+  const int err = -bpf_tc_hook_destroy(&hook);
+  return ignorableDetachError(err) ? 0 : err;
+}
+
+// PROC_PID_INIT_INO (include/linux/proc_ns.h): the inode of the initial pid namespace, fixed by
+// the kernel. Only a procfs of that namespace shows every process of the machine.
+constexpr uint64_t kInitPidNsInode = 0xEFFFFFFCu;
+
+// Ids of the BPF programs some process of the machine holds a file descriptor of
+// (/proc/PID/fdinfo/N, "prog_id:"). An error when that cannot be known for every process: a procfs
+// of another pid namespace (a pod without hostPID), or a process whose fds may not be read.
+Result<std::set<uint32_t>> heldPrograms(const std::string& procfs) {
+  auto pidns = statInode(procfs + "/self/ns/pid");
+  if (!pidns) return pidns.error();
+  if (*pidns != kInitPidNsInode)
+    return Error{EPERM, procfs + " shows another pid namespace than the host's"};
+  using Dir = std::unique_ptr<DIR, int (*)(DIR*)>;
+  Dir proc(::opendir(procfs.c_str()), ::closedir);
+  if (!proc) return errnoError(errno, "read " + procfs);
+  std::set<uint32_t> held;
+  while (const dirent* p = ::readdir(proc.get())) {
+    if (p->d_name[0] < '0' || p->d_name[0] > '9') continue;
+    const std::string pid_dir = procfs + "/" + p->d_name;
+    Dir fds(::opendir((pid_dir + "/fd").c_str()), ::closedir);
+    if (!fds) {
+      if (errno == ENOENT || errno == ESRCH) continue;  // exited meanwhile
+      return errnoError(errno, "read " + pid_dir + "/fd");
+    }
+    while (const dirent* f = ::readdir(fds.get())) {
+      if (f->d_name[0] == '.') continue;
+      char target[32];
+      const ssize_t n = ::readlinkat(::dirfd(fds.get()), f->d_name, target, sizeof target - 1);
+      if (n <= 0) continue;  // closed meanwhile
+      target[n] = '\0';
+      if (std::strcmp(target, "anon_inode:bpf-prog") != 0) continue;
+      std::ifstream info(pid_dir + "/fdinfo/" + f->d_name);
+      for (std::string line; std::getline(info, line);)
+        if (line.rfind("prog_id:", 0) == 0) {
+          held.insert(static_cast<uint32_t>(std::strtoul(line.c_str() + 8, nullptr, 10)));
+          break;
+        }
+    }
+  }
+  return held;
+}
+
+// Removes the filters a dead agent left on one device of the current netns: cls_bpf filters named
+// ng_tc whose program no live process holds (an agent killed with SIGKILL cannot detach; its
+// filters keep its program and ring buffer in the kernel and run on every packet, and one pair
+// more would stack up per restart). Another live agent's filters (a rolling update with surge)
+// stay, and so does everything when the holders cannot all be seen.
+void removeStaleFilters(int ifindex, uint32_t prog_id, HeldPrograms& held,
+                        const std::string& procfs) {
+  for (bool ingress : {true, false}) {
+    auto list = listFilters(ifindex, ingress);
+    if (!list) return;  // attach adds its filters and reports any error itself
+    for (const TcFilterEntry& e : *list) {
+      if (e.handle == 0 || e.kind != "bpf" || e.bpf_name != kFilterName || e.prog_id == prog_id)
+        continue;
+      const auto now = std::chrono::steady_clock::now();
+      if (!held.ids || now - held.read_at > kHeldProgramsTtl) {
+        held.ids = heldPrograms(procfs);
+        held.read_at = now;
+        if (!held.ids->ok())
+          log::info(
+              "dns tracer: stale tc filters are not removed",
+              {{"reason", "who holds BPF programs is unknown: " + held.ids->error().message}});
+      }
+      if (!held.ids->ok() || held.ids->value().count(e.prog_id) != 0) continue;
+      const int err = removeOwnFilter(ifindex, ingress, {e.handle, e.priority}, e.prog_id);
+      const std::string where = std::to_string(ifindex) + (ingress ? " ingress" : " egress");
+      if (err != 0)
+        log::warn("dns tracer: failed to remove a dead agent's tc filter",
+                  {{"device", where},
+                   {"prog_id", std::to_string(e.prog_id)},
+                   {"error", std::strerror(err)}});
+      else
+        log::info("dns tracer: removed a dead agent's tc filter",
+                  {{"device", where}, {"prog_id", std::to_string(e.prog_id)}});
+    }
+  }
+}
+
 }  // namespace
 
 DnsTracer::DnsTracer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -372,6 +522,15 @@ Result<std::unique_ptr<DnsTracer>> DnsTracer::open(const TracerOptions& opts) {
               {{"reason", "tp_btf program rejected: " + std::string(std::strerror(-err))}});
   }
 
+  // Its id is how detach() knows a filter at our handle and priority is still ours.
+  {
+    bpf_prog_info info{};
+    uint32_t len = sizeof info;
+    if (int err = bpf_obj_get_info_by_fd(bpf_program__fd(impl->skel->progs.ng_tc), &info, &len))
+      return libbpfError(err, "read the dns classifier's program id");
+    impl->tc_prog_id = info.id;
+  }
+
   // The kfree_skb link comes and goes with the attached devices (Impl::setActive); one attach here
   // finds out now whether the kernel allows it at all, so dropsAvailable() is true from the start.
   if (impl->drop_prog != nullptr) {
@@ -399,6 +558,7 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
   std::lock_guard lock(impl_->mu);
   // One program for both hooks: it reads the direction from the skb (dns_tracer.bpf.c).
   const int prog_fd = bpf_program__fd(impl_->skel->progs.ng_tc);
+  const uint32_t prog_id = impl_->tc_prog_id;
   const std::string procfs = impl_->opts.procfs;
   const uint16_t id = impl_->nextId();  // unused if the device turns out to be attached already
   if (id == 0) return Error{ENOSPC, "failed to attach dns tracer: no free attachment id"};
@@ -427,23 +587,19 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
     if (err != 0 && err != -EEXIST)
       return libbpfError(err, "create clsact qdisc on ifindex " + dev);
     a.info.created_qdisc = (err == 0);
+    if (!a.info.created_qdisc) removeStaleFilters(target.ifindex, prog_id, impl_->held, procfs);
 
     // The kernel picks a priority ahead of the existing filters; we return TC_ACT_UNSPEC, so
     // theirs still run and decide. Our own netlink request, because the filter needs a classid
-    // (tc_filter.h). Detach only needs handle and priority.
-    auto in = addClsBpfFilter(target.ifindex, true, prog_fd, id, "ng_tc");
-    auto out = in ? addClsBpfFilter(target.ifindex, false, prog_fd, id, "ng_tc")
+    // (tc_filter.h). Detach finds them by handle and priority and removes them only while they
+    // are still ours (removeOwnFilter).
+    auto in = addClsBpfFilter(target.ifindex, true, prog_fd, id, kFilterName);
+    auto out = in ? addClsBpfFilter(target.ifindex, false, prog_fd, id, kFilterName)
                   : Result<TcFilter>(in.error());
-    if (in && !out) {
-      hook.attach_point = BPF_TC_INGRESS;
-      bpf_tc_opts del = detachOpts(*in);
-      bpf_tc_detach(&hook, &del);
-    }
     if (!out) {
-      if (a.info.created_qdisc) {
-        hook.attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS);
-        bpf_tc_hook_destroy(&hook);
-      }
+      // Undo only what this attach did; cleanup errors are secondary to the one reported.
+      if (in) removeOwnFilter(target.ifindex, true, *in, prog_id);
+      if (a.info.created_qdisc) removeQdiscIfEmpty(target.ifindex);
       Error e = out.error();
       e.message += " (device " + dev + ")";
       return e;
@@ -481,29 +637,17 @@ Result<AttachmentInfo> DnsTracer::attach(const AttachTarget& target) {
 
 namespace {
 
-// Removes our two filters (and clsact if we made it). A device or netns that vanished took our
-// filters with it: that is success, not an error.
-Result<void> removeFilters(const Attachment& a, const std::string& procfs) {
+// Removes our two filters, and clsact if we made it and nothing else is left on it. A device or
+// netns that vanished took our filters with it: that is success, not an error.
+Result<void> removeFilters(const Attachment& a, const std::string& procfs, uint32_t prog_id) {
   return inNetns(a.netns_path, [&]() -> Result<void> {
     auto ino = statInode(procfs + "/thread-self/ns/net");
     if (!ino) return ino.error();
     if (*ino != a.info.netns_ino) return {};  // the path now names another netns: ours is gone
-    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = a.info.ifindex);
-    int first_err = 0;
-    for (auto [point, filter] :
-         {std::pair{BPF_TC_INGRESS, a.ingress}, std::pair{BPF_TC_EGRESS, a.egress}}) {
-      hook.attach_point = point;
-      bpf_tc_opts del = detachOpts(filter);
-      int err = bpf_tc_detach(&hook, &del);
-      if (err != 0 && err != -ENOENT && err != -ENODEV && err != -EINVAL && first_err == 0)
-        first_err = err;
-    }
-    if (a.info.created_qdisc) {
-      hook.attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS);
-      int err = bpf_tc_hook_destroy(&hook);
-      if (err != 0 && err != -ENOENT && err != -ENODEV && err != -EINVAL && first_err == 0)
-        first_err = err;
-    }
+    int first_err = removeOwnFilter(a.info.ifindex, true, a.ingress, prog_id);
+    if (int err = removeOwnFilter(a.info.ifindex, false, a.egress, prog_id); first_err == 0)
+      first_err = err;
+    if (a.info.created_qdisc && first_err == 0) first_err = removeQdiscIfEmpty(a.info.ifindex);
     if (first_err != 0)
       return libbpfError(first_err,
                          "detach tc program from ifindex " + std::to_string(a.info.ifindex));
@@ -521,7 +665,7 @@ Result<void> DnsTracer::detach(uint64_t netns_ino, int ifindex) {
                              " in netns " + std::to_string(netns_ino) + " is not attached"};
   Result<void> r;
   if (!it->second.netns_path.empty() || netnsInode("").valueOr(0) == netns_ino)
-    r = removeFilters(it->second, impl_->opts.procfs);
+    r = removeFilters(it->second, impl_->opts.procfs, impl_->tc_prog_id);
   // The netns file is gone (pod deleted): its devices and our filters went with it.
   if (!r && r.error().code == ENOENT) r = {};
   {

@@ -10,13 +10,19 @@
 // - attach() is idempotent per (netns, ifindex) and only ever adds observers: the classifier
 //   returns TC_ACT_UNSPEC, so the device's existing tc programs decide as before. Its two
 //   filters carry the attachment's id as their classid (`tc filter show`: "flowid :N"), which is
-//   how the program tells devices apart without reading their netns (bpf/dns_event.h).
+//   how the program tells devices apart without reading their netns (bpf/dns_event.h). On a
+//   device whose clsact it did not create, it first removes the ng_tc filters of dead agents (an
+//   agent killed with SIGKILL leaves its filters running): cls_bpf filters named ng_tc whose
+//   program no process holds, as seen in opts.procfs (the host's pid namespace only; otherwise
+//   nothing is removed). Filters of a live agent stay.
 // - Tracing is on while at least one device is attached: kfree_skb drops are followed from the
 //   first attach() to the last detach() (a drop anywhere on the node is reported then, attached
 //   device or not), and only then is the ring mapped and polled. With nothing attached the tracer
 //   costs no memory in the process and no wakeups.
-// - The destructor detaches everything it attached and removes clsact qdiscs only where it created
-//   them; a device or netns that disappeared in the meantime is not an error.
+// - The destructor detaches everything it attached. It removes only its own filters (checked by
+//   name and program id, not just handle and priority) and a clsact qdisc only where it created
+//   it and no filter at all is left on it: another agent's, a CNI's or a user's filters and their
+//   qdisc stay. A device or netns that disappeared in the meantime is not an error.
 // - Thread safety: attach/detach/setHop/stats may be called from any thread; the callback runs on
 //   the poll thread (or on the caller of consume()), never concurrently with itself.
 #pragma once
@@ -68,7 +74,7 @@ struct AttachmentInfo {
   uint64_t netns_cookie = 0;  // == ng_dns_event::netns_cookie of its tc events; 0 if unknown
   int ifindex = 0;
   uint8_t hop = 0;
-  bool created_qdisc = false;  // we created clsact and will remove it on detach
+  bool created_qdisc = false;  // we created clsact; detach removes it if no filter is left on it
 };
 
 // Counters kept by the BPF programs (per-CPU, summed here).
@@ -99,7 +105,8 @@ class DnsTracer {
   // Attaches the classifier to ingress and egress of target.ifindex inside target.netns_path.
   // The netns switch happens on a short-lived helper thread: the caller's netns never changes.
   Result<AttachmentInfo> attach(const AttachTarget& target);
-  // Detaches from (netns_ino, ifindex); removes the clsact qdisc if attach() created it.
+  // Detaches from (netns_ino, ifindex); removes the clsact qdisc if attach() created it and no
+  // other filter is on it.
   Result<void> detach(uint64_t netns_ino, int ifindex);
   void detachAll();
   std::vector<AttachmentInfo> attachments() const;

@@ -1,11 +1,13 @@
 // The tracer on real devices: two network namespaces joined by a veth pair, the classifier attached
 // inside each through its netns file, real DNS queries sent with dig, and real kernel drops
 // (no socket on port 53; an nftables drop rule) reported with their reason names from BTF.
+#include <bpf/bpf.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -593,6 +595,225 @@ TEST_F(DnsAttachTest, DetachRemovesOnlyWhatWeCreated) {
         std::string::npos);
   EXPECT_TRUE(tracer_->attachments().empty());
   EXPECT_FALSE(tracer_->detach(ino_a_, net_->ifindex_a).ok());  // not attached any more
+}
+
+// How many of our filters a hook holds: tc shows one line per filter, with the filter's name
+// ("flowid :1 ng_tc direct-action ... name ng_tc tag ...", the program's name again).
+int ngFilters(const std::string& ns, const std::string& dev, const char* dir) {
+  const std::string out = capture("tc -n " + ns + " filter show dev " + dev + " " + dir);
+  int n = 0;
+  std::size_t start = 0;
+  for (std::size_t end; (end = out.find('\n', start)) != std::string::npos; start = end + 1)
+    if (out.substr(start, end - start).find(" ng_tc ") != std::string::npos) n++;
+  return n;
+}
+
+// Two agents on one device (a DaemonSet rolling update with surge, or a restart overlapping the
+// old pod's shutdown): the one that created clsact exits first, and the other keeps its filters
+// and its events. Deleting the qdisc would have taken the other agent's filters with it.
+TEST_F(DnsAttachTest, FirstAgentsExitLeavesTheSecondsFilters) {
+  auto second = DnsTracer::open({.ring_bytes = 1u << 20});
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  auto at1 = tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a});
+  ASSERT_TRUE(at1.ok()) << at1.error().message;
+  EXPECT_TRUE(at1->created_qdisc);
+  auto at2 =
+      (*second)->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a, .hop = 5});
+  ASSERT_TRUE(at2.ok()) << at2.error().message;
+  EXPECT_FALSE(at2->created_qdisc);
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "ingress"), 2);
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "egress"), 2);
+
+  tracer_.reset();  // the first agent exits
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "ingress"), 1);
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "egress"), 1);
+  EXPECT_NE(capture("tc -n " + net_->a + " qdisc show dev " + net_->dev_a).find("clsact"),
+            std::string::npos);
+
+  net_->query("second.nodegate.test");
+  bool seen = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (!seen && std::chrono::steady_clock::now() < deadline) {
+    auto n = (*second)->consume([&](const ng_dns_event& ev) {
+      if (ev.kind == NG_EV_PACKET && ev.dir == NG_DIR_EGRESS && ev.netns_ino == ino_a_ &&
+          std::string(ev.qname) == "second.nodegate.test") {
+        seen = true;
+        EXPECT_EQ(ev.hop, 5);
+      }
+    });
+    ASSERT_TRUE(n.ok());
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(seen) << "the second agent saw no egress event after the first one exited";
+
+  // The second agent did not create the qdisc: it takes its own filters and leaves clsact.
+  second->reset();
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "ingress"), 0);
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "egress"), 0);
+}
+
+// Someone else's filter, added after ours on the clsact qdisc we created, survives our detach, and
+// so does the qdisc it needs.
+TEST_F(DnsAttachTest, ForeignFilterOnOurQdiscSurvivesDetach) {
+  auto at = tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a});
+  ASSERT_TRUE(at.ok()) << at.error().message;
+  ASSERT_TRUE(at->created_qdisc);
+  ASSERT_EQ(sh("tc -n " + net_->a + " filter add dev " + net_->dev_a +
+               " ingress prio 1 protocol all u32 match u32 0 0"),
+            0);
+  ASSERT_EQ(sh("tc -n " + net_->a + " filter add dev " + net_->dev_a +
+               " egress prio 7 protocol ip u32 match ip dport 53 0xffff"),
+            0);
+  ASSERT_TRUE(tracer_->detach(ino_a_, net_->ifindex_a).ok());
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "ingress"), 0);
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "egress"), 0);
+  EXPECT_NE(capture("tc -n " + net_->a + " qdisc show dev " + net_->dev_a).find("clsact"),
+            std::string::npos);
+  EXPECT_NE(
+      capture("tc -n " + net_->a + " filter show dev " + net_->dev_a + " ingress").find("u32"),
+      std::string::npos);
+  EXPECT_NE(capture("tc -n " + net_->a + " filter show dev " + net_->dev_a + " egress").find("u32"),
+            std::string::npos);
+}
+
+// Handle and priority alone do not make a filter ours: after someone deleted the qdisc under us
+// (an older nodegate did on exit), the next agent's filters on a fresh clsact get the same handle
+// and priority the kernel gave ours. Our detach must leave them.
+TEST_F(DnsAttachTest, DetachLeavesAnotherAgentsFilterAtOurHandleAndPriority) {
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok());
+  const std::string before =
+      capture("tc -n " + net_->a + " filter show dev " + net_->dev_a + " ingress");
+  ASSERT_EQ(sh("tc -n " + net_->a + " qdisc del dev " + net_->dev_a + " clsact"), 0);
+  auto second = DnsTracer::open({.ring_bytes = 1u << 20});
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  auto at2 = (*second)->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a});
+  ASSERT_TRUE(at2.ok()) << at2.error().message;
+  const std::string after =
+      capture("tc -n " + net_->a + " filter show dev " + net_->dev_a + " ingress");
+  // Same priority and handle as ours had: the point of the test.
+  auto prefAndHandle = [](const std::string& out) {
+    const auto pref = out.find("pref ");
+    const auto handle = out.find("handle ");
+    return pref == std::string::npos || handle == std::string::npos
+               ? std::string("(none)")
+               : out.substr(pref, out.find(' ', pref + 5) - pref) + " " +
+                     out.substr(handle, out.find(' ', handle + 7) - handle);
+  };
+  ASSERT_EQ(prefAndHandle(after), prefAndHandle(before)) << before << after;
+
+  ASSERT_TRUE(tracer_->detach(ino_a_, net_->ifindex_a).ok());
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "ingress"), 1);
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "egress"), 1);
+  second->reset();
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "ingress"), 0);
+  EXPECT_EQ(capture("tc -n " + net_->a + " qdisc show dev " + net_->dev_a).find("clsact"),
+            std::string::npos);  // the second agent created this one
+}
+
+// An agent killed with SIGKILL cannot detach: its filters stay, running its program into a ring
+// nobody reads. The next agent on that device removes them (no live process holds that program)
+// instead of stacking a pair more per restart.
+TEST_F(DnsAttachTest, KilledAgentsFiltersAreReplacedNotStacked) {
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  // The parent has no threads running here (the tracer is not started), so the child may use
+  // libbpf and threads after fork().
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto t = DnsTracer::open({.ring_bytes = 1u << 20, .trace_drops = false});
+    const bool ok =
+        t.ok() &&
+        (*t)->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok();
+    const char c = ok ? '1' : '0';
+    (void)!::write(ready[1], &c, 1);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char c = 0;
+  const bool child_ok = ::read(ready[0], &c, 1) == 1 && c == '1';
+  ::close(ready[0]);
+  struct Reaper {
+    pid_t pid;
+    void kill() {
+      if (pid <= 0) return;
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      pid = 0;
+    }
+    ~Reaper() { kill(); }
+  } first{child};
+  ASSERT_TRUE(child_ok) << "the first agent failed to attach";
+
+  // While that agent lives, its filters are not stale: ours go next to them.
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok());
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "ingress"), 2);
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "egress"), 2);
+  ASSERT_TRUE(tracer_->detach(ino_a_, net_->ifindex_a).ok());
+
+  first.kill();
+  ASSERT_EQ(ngFilters(net_->a, net_->dev_a, "ingress"), 1) << "the killed agent's filter is gone";
+  ASSERT_EQ(ngFilters(net_->a, net_->dev_a, "egress"), 1);
+
+  // The agent started after the kill (tracer_ read who holds which program a moment ago, and
+  // reads it again only kHeldProgramsTtl later).
+  auto next = DnsTracer::open({.ring_bytes = 1u << 20, .trace_drops = false});
+  ASSERT_TRUE(next.ok()) << next.error().message;
+  auto at = (*next)->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a});
+  ASSERT_TRUE(at.ok()) << at.error().message;
+  bpf_prog_info info{};
+  uint32_t len = sizeof info;
+  ASSERT_EQ(bpf_obj_get_info_by_fd((*next)->tcProgFd(), &info, &len), 0);
+  for (const char* dir : {"ingress", "egress"}) {
+    EXPECT_EQ(ngFilters(net_->a, net_->dev_a, dir), 1) << dir;
+    EXPECT_NE(capture("tc -n " + net_->a + " filter show dev " + net_->dev_a + " " + dir)
+                  .find(" id " + std::to_string(info.id) + " "),
+              std::string::npos)
+        << dir << ": the filter left is not ours";
+  }
+  ASSERT_TRUE((*next)->detach(ino_a_, net_->ifindex_a).ok());
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "ingress"), 0);
+  EXPECT_EQ(ngFilters(net_->a, net_->dev_a, "egress"), 0);
+}
+
+// The listing detach relies on: every filter of a hook, ours told apart by name and program id.
+TEST_F(DnsAttachTest, ListFiltersNamesOursAndOthers) {
+  ASSERT_TRUE(
+      tracer_->attach({.netns_path = net_->path(net_->a), .ifindex = net_->ifindex_a}).ok());
+  ASSERT_EQ(sh("tc -n " + net_->a + " filter add dev " + net_->dev_a +
+               " ingress prio 1 protocol all u32 match u32 0 0"),
+            0);
+  bpf_prog_info info{};
+  uint32_t len = sizeof info;
+  ASSERT_EQ(bpf_obj_get_info_by_fd(tracer_->tcProgFd(), &info, &len), 0);
+  Result<std::vector<TcFilterEntry>> in = Error{0, "not run"}, out = Error{0, "not run"},
+                                     none = Error{0, "not run"};
+  std::thread([&] {
+    const int fd = ::open(net_->path(net_->a).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) return;
+    ::close(fd);
+    in = listFilters(net_->ifindex_a, true);
+    out = listFilters(net_->ifindex_a, false);
+    none = listFilters(9999, true);  // no such device: nothing listed, not an error
+  }).join();
+  ASSERT_TRUE(in.ok()) << in.error().message;
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  ASSERT_TRUE(none.ok()) << none.error().message;
+  EXPECT_TRUE(none->empty());
+  auto count = [&](const std::vector<TcFilterEntry>& list, const std::string& kind, bool ours) {
+    int n = 0;
+    for (const auto& e : list)
+      if (e.handle != 0 && e.kind == kind &&
+          (!ours || (e.bpf_name == "ng_tc" && e.prog_id == info.id && e.priority != 0)))
+        n++;
+    return n;
+  };
+  EXPECT_EQ(count(*in, "bpf", true), 1);
+  EXPECT_GE(count(*in, "u32", false), 1);  // u32 lists its hash table and its key
+  EXPECT_EQ(count(*out, "bpf", true), 1);
+  EXPECT_EQ(count(*out, "u32", false), 0);
 }
 
 TEST_F(DnsAttachTest, TracerExitLeavesNothingBehind) {
