@@ -37,18 +37,22 @@ install -D -m 0755 "$src/tools/image/nodegate-cleanup" "$out/staging/usr/local/b
 # apt's lists, caches and logs removed so that only package contents and our files remain.
 # The archive is a network peer: a download that fails (a mirror mid-sync, a dropped connection;
 # seen as "apt download failed" a few seconds in) is tried again, at most three times in all.
+# Its own output goes to a log, shown (the end of it: apt's own error) when an attempt fails.
 for attempt in 1 2 3; do
-  if mmdebstrap --quiet --variant=essential --include="$pkgs" --mode=root \
+  if mmdebstrap --variant=essential --include="$pkgs" --mode=root \
     --customize-hook="cp -a '$out/staging/.' \"\$1/\"" \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/* "$1"/var/cache/ldconfig/aux-cache' \
-    bookworm "$out/rootfs.tar"; then
+    bookworm "$out/rootfs.tar" >"$out/mmdebstrap.log" 2>&1; then
     break
   fi
+  echo "build.sh: mmdebstrap failed (attempt $attempt of 3); the end of its output:" >&2
+  grep -v '^Get:' "$out/mmdebstrap.log" | tail -n 25 >&2
   [ "$attempt" -lt 3 ] || { echo "build.sh: mmdebstrap failed three times" >&2; exit 1; }
-  echo "build.sh: mmdebstrap failed (attempt $attempt of 3); trying again in 10 s" >&2
+  echo "build.sh: trying again in 10 s" >&2
   rm -f "$out/rootfs.tar"
   sleep 10
 done
+rm -f "$out/mmdebstrap.log"
 
 # The OCI layout: one layer from the root, the chart's entrypoint, timestamps clamped.
 umoci init --layout "$out/oci"
