@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <iterator>
 
 namespace nodegate::dns {
 
@@ -739,7 +740,10 @@ void Correlator::finish(std::uint64_t seq, Verdict v, std::uint64_t now_ns) {
 void Correlator::retire(QueryTrace t) {
   const bool settles = t.tcp && t.tcp_retry_of != 0;
   newly_done_.push_back(t);
-  if (newly_done_.size() > limits_.max_done) newly_done_.erase(newly_done_.begin());
+  if (newly_done_.size() > limits_.max_unaccounted) {
+    newly_done_.pop_front();
+    ++stats_.unaccounted_dropped;
+  }
   done_.push_back(std::move(t));
   while (done_.size() > limits_.max_done) {
     done_.pop_front();
@@ -790,8 +794,9 @@ std::vector<QueryTrace> Correlator::expire(std::uint64_t now_ns) {
     if (now_ns >= t.first_ns + limits_.timeout_ns) old.push_back(seq);
   for (std::uint64_t seq : old) finish(seq, Verdict::InFlight, now_ns);
   finishAwaiting(now_ns);
-  std::vector<QueryTrace> out;
-  out.swap(newly_done_);
+  std::vector<QueryTrace> out(std::make_move_iterator(newly_done_.begin()),
+                              std::make_move_iterator(newly_done_.end()));
+  newly_done_.clear();
   return out;
 }
 
