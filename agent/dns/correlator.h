@@ -235,7 +235,9 @@ class Correlator {
   void classifyUnanswered(QueryTrace& t) const;
   bool cacheDown(const QueryTrace& t) const;
   void noteUpstream(const QueryTrace& upstream);
-  static Key keyOf(const Observation& o);
+  // The index key an observation looks up: filled into probe_, whose name keeps its capacity, so
+  // a lookup allocates nothing (every event does one or two). Valid until the next call.
+  const Key& lookupKey(const Observation& o);
   static Key keyOf(const QueryTrace& t);
 
   CorrelatorLimits limits_;
@@ -252,6 +254,7 @@ class Correlator {
   std::map<std::uint64_t, QueryTrace> in_flight_;     // by seq: oldest first, for eviction
   std::map<Key, std::vector<std::uint64_t>> by_key_;  // seqs in flight per key, oldest first
   std::map<std::uint32_t, std::uint64_t> by_isn_;     // connect_only traces in flight by ISN
+  Key probe_{"", 0, false, 0};                        // lookupKey()'s
   // Truncated UDP answers, finished but for the verdict their TCP retry decides (by seq).
   std::map<std::uint64_t, QueryTrace> awaiting_tcp_;
   std::deque<QueryTrace> done_;
