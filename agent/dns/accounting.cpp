@@ -171,10 +171,23 @@ Accounting::Accounting(prometheus::Registry& registry, AccountingLimits limits)
 
 Accounting::~Accounting() = default;
 
-std::pair<std::string, std::string> Accounting::vmiLabels(const std::string& vmi) {
-  if (metric_vmis_.count(vmi) || metric_vmis_.size() < limits_.max_vmis) {
-    metric_vmis_.insert(vmi);
-    return splitVmi(vmi);
+prometheus::Counter& Accounting::queriesCounter(const std::string& vmi, Verdict v) {
+  auto it = metric_vmis_.find(vmi);
+  if (it == metric_vmis_.end() && metric_vmis_.size() < limits_.max_vmis)
+    it = metric_vmis_.emplace(vmi, std::array<prometheus::Counter*, kVerdicts>{}).first;
+  if (it != metric_vmis_.end()) {
+    const auto i = static_cast<std::size_t>(v);
+    if (i >= kVerdicts) {  // a verdict added after NodeLocalCacheDown: right, only not cached
+      auto [ns, name] = splitVmi(vmi);
+      return metrics_->queriesOf(ns, name, v);
+    }
+    // forget() drops the entry with the VMI's series: a handle here is never stale.
+    auto& c = it->second[i];
+    if (c == nullptr) {
+      auto [ns, name] = splitVmi(vmi);
+      c = &metrics_->queriesOf(ns, name, v);
+    }
+    return *c;
   }
   metrics_->queries_capped.Increment();
   if (!vmi_cap_logged_) {
@@ -182,7 +195,7 @@ std::pair<std::string, std::string> Accounting::vmiLabels(const std::string& vmi
               {{"cap", std::to_string(limits_.max_vmis)}, {"vmi", vmi}});
     vmi_cap_logged_ = true;
   }
-  return {"_other", "_other"};
+  return metrics_->queriesOf("_other", "_other", v);
 }
 
 void Accounting::account(std::vector<QueryTrace> finished, const CorrelatorStats& engine) {
@@ -213,8 +226,7 @@ void Accounting::account(std::vector<QueryTrace> finished, const CorrelatorStats
       metrics_->queries_gone.Increment();
       continue;
     }
-    auto [ns, name] = vmiLabels(t.vmi);
-    metrics_->queriesOf(ns, name, t.verdict).Increment();
+    queriesCounter(t.vmi, t.verdict).Increment();
     // No VM's hop saw it (the node's own queries at the server's side): no guest to judge.
     if (t.vmi.empty()) continue;
     auto& w = per_vmi_[t.vmi];
@@ -284,7 +296,7 @@ void Accounting::present(const std::set<std::string>& vmis) {
   present_ = vmis;
   present_.insert("");  // queries no VM's hop saw (the node's own, at the server side) stay
   std::vector<std::string> gone;
-  for (const auto& v : metric_vmis_)
+  for (const auto& [v, series] : metric_vmis_)
     if (!present_.count(v)) gone.push_back(v);
   for (const auto& [v, w] : per_vmi_)
     if (!present_.count(v)) gone.push_back(v);

@@ -32,6 +32,7 @@
 //
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -102,8 +103,10 @@ class Accounting {
   GuestDnsStatus judge(const std::string& vmi, const VmiWindow& w) const;
   static constexpr std::size_t kMaxFailingServers = 64;  // in the summary, the first by address
   std::vector<DnsPathSummary::FailingServer> failingServers() const;
-  // Label values ("namespace", "vmi") for a VMI's queries, "_other" beyond the cap.
-  std::pair<std::string, std::string> vmiLabels(const std::string& vmi);
+  // The nodegate_dns_queries_total series of a VMI's queries with verdict v ("_other" beyond the
+  // cap, counted there), looked up once per VMI and verdict: per query that was a split of the
+  // name, two string-keyed maps and a set.
+  prometheus::Counter& queriesCounter(const std::string& vmi, Verdict v);
   void forget(const std::string& vmi);
 
   AccountingLimits limits_;
@@ -113,7 +116,10 @@ class Accounting {
   std::map<std::string, VmiWindow> per_vmi_;  // VMIs with finished queries in the window
   std::map<std::string, GuestDnsState> last_states_;
   std::map<std::string, GuestDnsState> last_failing_;  // failing servers, the previous summary's
-  std::set<std::string> metric_vmis_;                  // VMIs with series of their own
+  // VMIs with series of their own, and the series found so far, by verdict.
+  static constexpr std::size_t kVerdicts =
+      static_cast<std::size_t>(Verdict::NodeLocalCacheDown) + 1;
+  std::map<std::string, std::array<prometheus::Counter*, kVerdicts>> metric_vmis_;
   bool vmi_cap_logged_ = false, drop_cap_logged_ = false;
   std::uint64_t lost_seen_ = 0, evicted_in_flight_seen_ = 0, evicted_done_seen_ = 0;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <iterator>
 
 namespace nodegate::dns {
 
@@ -224,11 +225,18 @@ Hop highestHop(const std::vector<Sighting>& path) {
   return h;
 }
 
-// Resolvers may randomise the case of names (0x20 encoding); the key must not.
+// Resolvers may randomise the case of names (0x20 encoding); the key must not. ASCII only, as
+// DNS compares names (RFC 4343) and as std::tolower() does in the "C" locale the agent runs in,
+// without a call into libc per character.
+char lowerAscii(char c) {
+  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
 std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (auto& c : s) c = lowerAscii(c);
   return s;
 }
+
+constexpr std::size_t kPathHops = 6;  // Tap, Bridge, LauncherEth0, HostVeth, HostOut, Server
 
 bool sameVmi(const Observation& o, const QueryTrace& t) {
   return o.vmi.empty() || o.vmi == t.vmi;
@@ -260,8 +268,13 @@ std::optional<std::uint64_t> QueryTrace::latencyNs() const {
   return best;
 }
 
-Correlator::Key Correlator::keyOf(const Observation& o) {
-  return {lower(o.qname), o.qtype, o.tcp, o.id};
+const Correlator::Key& Correlator::lookupKey(const Observation& o) {
+  probe_.qname.assign(o.qname);
+  for (auto& c : probe_.qname) c = lowerAscii(c);
+  probe_.qtype = o.qtype;
+  probe_.tcp = o.tcp;
+  probe_.id = o.id;
+  return probe_;
 }
 
 Correlator::Key Correlator::keyOf(const QueryTrace& t) {
@@ -326,6 +339,7 @@ void Correlator::observeResponse(const Observation& o) {
     ++stats_.orphan_responses;
     return;
   }
+  if (t->response_path.empty()) t->response_path.reserve(kPathHops);
   t->response_path.push_back(toSighting(o));
   t->last_ns = std::max(t->last_ns, o.ts_ns);
   t->rcode = o.rcode;
@@ -347,7 +361,7 @@ void Correlator::observeIcmp(const Observation& o) {
   if (o.tcp) {
     t = findConnection(o.tcp_seq, o);
   } else if (!o.qname.empty()) {
-    auto it = by_key_.find(keyOf(o));
+    auto it = by_key_.find(lookupKey(o));
     if (it != by_key_.end())
       for (auto r = it->second.rbegin(); r != it->second.rend() && !t; ++r)
         if (sameVmi(o, in_flight_.at(*r))) t = &in_flight_.at(*r);
@@ -498,6 +512,9 @@ QueryTrace& Correlator::start(const Observation& o) {
   t.node_local_absent = t.node_local && node_local_absent_.count(o.daddr);
   t.first_ns = o.ts_ns;
   t.last_ns = o.ts_ns;
+  // Room for the whole path (docs/dns-path.md: 6 hops) at once: growing by doubling was four
+  // allocations and three moves of the sightings per direction.
+  t.query_path.reserve(kPathHops);
   if (t.tcp) linkTcpRetry(t);
   if (!t.vmi.empty()) linkFailover(t);
   by_key_[keyOf(t)].push_back(t.seq);
@@ -505,7 +522,7 @@ QueryTrace& Correlator::start(const Observation& o) {
 }
 
 QueryTrace* Correlator::findForQuery(const Observation& o, std::uint64_t* retry_of) {
-  auto it = by_key_.find(keyOf(o));
+  auto it = by_key_.find(lookupKey(o));
   if (it == by_key_.end()) return nullptr;
   // Among attempts that have not passed this hop yet, the newest one that got just short of it
   // is the one moving: an older attempt stalled at the same place was lost there. Events of one
@@ -533,7 +550,7 @@ QueryTrace* Correlator::findForQuery(const Observation& o, std::uint64_t* retry_
 }
 
 QueryTrace* Correlator::findForResponse(const Observation& o) {
-  auto it = by_key_.find(keyOf(o));
+  auto it = by_key_.find(lookupKey(o));
   if (it == by_key_.end()) return nullptr;
   // An answer on its way back belongs to the attempt whose answer was already seen further out,
   // else to one whose query got at least this far; oldest first, since with a retry in flight the
@@ -560,7 +577,7 @@ QueryTrace* Correlator::findForResponse(const Observation& o) {
 
 QueryTrace* Correlator::findForDrop(const Observation& o) {
   // The newest attempt: a drop is reported right after the packet was seen.
-  auto it = by_key_.find(keyOf(o));
+  auto it = by_key_.find(lookupKey(o));
   if (it == by_key_.end()) return nullptr;
   for (auto r = it->second.rbegin(); r != it->second.rend(); ++r) {
     QueryTrace& t = in_flight_.at(*r);
@@ -739,7 +756,10 @@ void Correlator::finish(std::uint64_t seq, Verdict v, std::uint64_t now_ns) {
 void Correlator::retire(QueryTrace t) {
   const bool settles = t.tcp && t.tcp_retry_of != 0;
   newly_done_.push_back(t);
-  if (newly_done_.size() > limits_.max_done) newly_done_.erase(newly_done_.begin());
+  if (newly_done_.size() > limits_.max_unaccounted) {
+    newly_done_.pop_front();
+    ++stats_.unaccounted_dropped;
+  }
   done_.push_back(std::move(t));
   while (done_.size() > limits_.max_done) {
     done_.pop_front();
@@ -790,8 +810,9 @@ std::vector<QueryTrace> Correlator::expire(std::uint64_t now_ns) {
     if (now_ns >= t.first_ns + limits_.timeout_ns) old.push_back(seq);
   for (std::uint64_t seq : old) finish(seq, Verdict::InFlight, now_ns);
   finishAwaiting(now_ns);
-  std::vector<QueryTrace> out;
-  out.swap(newly_done_);
+  std::vector<QueryTrace> out(std::make_move_iterator(newly_done_.begin()),
+                              std::make_move_iterator(newly_done_.end()));
+  newly_done_.clear();
   return out;
 }
 

@@ -14,6 +14,7 @@
 
 #include "dns/accounting.h"
 #include "dns/attachments.h"
+#include "dns/observation.h"
 #include "dns/rescan_schedule.h"
 #include "dns/views.h"
 #include "dns_tracer.h"
@@ -31,36 +32,6 @@ std::uint64_t monoNowNs() {
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
          static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-// An event as the engine takes it (the tracer has decoded the question already).
-Observation observationOf(const ng_dns_event& ev, const DnsTracer& tracer) {
-  Observation o;
-  o.ts_ns = ev.ts_ns;
-  o.egress = ev.dir == NG_DIR_EGRESS;
-  o.response = ev.flags & NG_F_QR;
-  o.truncated = ev.flags & NG_F_TC;
-  o.tcp = ev.flags & NG_F_TCP;
-  o.ipv6 = ev.flags & NG_F_IPV6;
-  o.drop = ev.kind == NG_EV_DROP;
-  o.saddr = formatAddress(ev, true);
-  o.daddr = formatAddress(ev, false);
-  o.sport = ev.sport;
-  o.dport = ev.dport;
-  o.id = ev.dns_id;
-  o.qtype = ev.qtype;
-  o.rcode = ev.rcode;
-  o.qname.assign(ev.qname, strnlen(ev.qname, sizeof ev.qname));
-  o.no_answers = ev.flags & NG_F_NOANS;
-  o.icmp = ev.flags & NG_F_ICMP;
-  o.icmp_code = o.icmp ? ev.rcode : 0;
-  o.syn = ev.flags & NG_F_SYN;
-  o.rst = ev.flags & NG_F_RST;
-  o.ack = ev.flags & NG_F_ACK;
-  o.tcp_seq = ev.tcp_seq;
-  if (o.drop) o.drop_reason = tracer.dropReasonName(ev.drop_reason);
-  o.hop = hopFromNumber(ev.hop);
-  return o;
 }
 
 // The zones whose names only the cluster's DNS answers: the configured domain and the forward
@@ -261,7 +232,8 @@ void DnsService::Impl::onEvent(const ng_dns_event& ev) {
   // Port 53 but not DNS: nothing to correlate (an ICMP error's quote may be cut mid-question: it
   // is still matched by its ports).
   if ((ev.flags & NG_F_PARSE_ERR) && !(ev.flags & NG_F_ICMP)) return;
-  Observation o = observationOf(ev, *tracer);
+  Observation o = observationOf(ev);
+  if (o.drop) o.drop_reason = tracer->dropReasonName(ev.drop_reason);
   if (auto owner = attachments.owner(ev.netns_ino, static_cast<int>(ev.ifindex))) {
     o.vmi = std::move(owner->vmi);
     if (o.hop == Hop::Unknown) o.hop = owner->hop;

@@ -33,6 +33,7 @@ nlohmann::json tracesJson(const Correlator& engine, const std::vector<HopDevice>
                 {"orphan_drops", cs.orphan_drops},
                 {"evicted_in_flight", cs.evicted_in_flight},
                 {"evicted_done", cs.evicted_done},
+                {"unaccounted_dropped", cs.unaccounted_dropped},
                 {"events", ts.events},
                 {"events_lost", ts.events_lost},
                 {"drops_available", facts.drops_available},

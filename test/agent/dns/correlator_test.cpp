@@ -429,6 +429,36 @@ TEST(Correlator, MemoryIsBoundedAndEvictionsAreCounted) {
   EXPECT_EQ(c.done().back().id, 99);
 }
 
+// The accounting takes finished traces once a tick: more of them than the API keeps (max_done)
+// all reach it (at 25k queries/s, 2 500 a tick against 1 024 kept), up to max_unaccounted.
+TEST(Correlator, EveryFinishedTraceReachesExpireUpToItsOwnCap) {
+  CorrelatorLimits lim;
+  lim.max_done = 4;
+  lim.max_unaccounted = 10;
+  Correlator c(lim);
+  Q q;
+  for (int i = 0; i < 8; ++i) {
+    q.id = static_cast<std::uint16_t>(i);
+    sendFull(c, q, static_cast<std::uint64_t>(i) * 10 * kMs);
+  }
+  auto done = c.expire(100 * kMs);
+  ASSERT_EQ(done.size(), 8u);
+  EXPECT_EQ(done.front().id, 0);
+  EXPECT_EQ(done.back().id, 7);
+  EXPECT_EQ(c.done().size(), 4u);
+  EXPECT_EQ(c.stats().unaccounted_dropped, 0u);
+  for (int i = 0; i < 13; ++i) {
+    q.id = static_cast<std::uint16_t>(100 + i);
+    sendFull(c, q, (20 + static_cast<std::uint64_t>(i)) * 10 * kMs);
+  }
+  done = c.expire(400 * kMs);
+  ASSERT_EQ(done.size(), 10u);
+  EXPECT_EQ(done.front().id, 103);  // the oldest three went
+  EXPECT_EQ(done.back().id, 112);
+  EXPECT_EQ(c.stats().unaccounted_dropped, 3u);
+  EXPECT_TRUE(c.expire(500 * kMs).empty());
+}
+
 TEST(Correlator, LateResponseAfterTimeoutIsAnOrphan) {
   Correlator c;
   Q q;
