@@ -35,14 +35,24 @@ install -D -m 0755 "$src/tools/image/nodegate-cleanup" "$out/staging/usr/local/b
 
 # The root: Debian's essential set plus the runtime packages, the staged tree copied in by a hook,
 # apt's lists, caches and logs removed so that only package contents and our files remain.
-# The archive is a network peer: a download that fails (a mirror mid-sync, a dropped connection;
-# seen as "apt download failed" a few seconds in) is tried again, at most three times in all.
+# The archive is a network peer: a download that fails (a mirror mid-sync, a dropped connection)
+# is tried again, at most three times in all.
 # Its own output goes to a log, shown (the end of it: apt's own error) when an attempt fails.
+# mmdebstrap hands apt a pipe on its first free fd, and apt's hook runs `cat >&N` through dash,
+# which knows only fds 0-9 ("Bad fd number"): fds the caller left open (flock, a test runner) push
+# N past 9, so mmdebstrap runs with only stdin, stdout and stderr.
+only_std_fds() {
+  local fd
+  for fd in /proc/$BASHPID/fd/*; do
+    fd=${fd##*/}
+    case $fd in 0 | 1 | 2 | 255) ;; *) eval "exec $fd>&-" 2>/dev/null || true ;; esac
+  done
+}
 for attempt in 1 2 3; do
-  if mmdebstrap --variant=essential --include="$pkgs" --mode=root \
+  if (only_std_fds && exec mmdebstrap --variant=essential --include="$pkgs" --mode=root \
     --customize-hook="cp -a '$out/staging/.' \"\$1/\"" \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/* "$1"/var/cache/ldconfig/aux-cache' \
-    bookworm "$out/rootfs.tar" >"$out/mmdebstrap.log" 2>&1; then
+    bookworm "$out/rootfs.tar") >"$out/mmdebstrap.log" 2>&1; then
     break
   fi
   echo "build.sh: mmdebstrap failed (attempt $attempt of 3); the end of its output:" >&2
