@@ -102,6 +102,16 @@ void compareDevices(const KubeVirtNodeInputs& in, std::vector<Finding>& out, Che
     if (v == in.devices.end() || v->second.status == Status::Unknown) {
       r.evidence.push_back({d.check, v == in.devices.end() ? "not run this cycle: not compared"
                                                            : "UNKNOWN: not compared"});
+      // Agreement is never assumed: a device nodegate could not judge leaves the check UNKNOWN
+      // unless something else KubeVirt shows is already wrong.
+      out.push_back(
+          {Status::Unknown, "DeviceNotCompared",
+           "KubeVirt's " + name + " is not compared: " + d.check +
+               (v == in.devices.end() ? " has not run" : " is UNKNOWN (" + v->second.reason + ")"),
+           "see " + std::string(d.check) +
+               "'s own result and hint (`nodegate check`, "
+               "the page): once it can judge " +
+               d.path + ", so can this check"});
       continue;
     }
     const CheckResult& dev = v->second;

@@ -181,7 +181,11 @@ TEST(KubeVirtNode, UnknownDeviceVerdictIsNotCompared) {
   in.devices["kvm-device"] = device("kvm-device", Status::Unknown, "kvm", "false");
   in.devices.erase("vhost-net");
   CheckResult r = evaluateKubeVirtNode(in);
-  EXPECT_EQ(r.status, Status::Pass) << r.message;
+  // Not compared is not agreement: no PASS without nodegate's own verdict on every device.
+  EXPECT_EQ(r.status, Status::Unknown) << r.message;
+  EXPECT_EQ(r.reason, "DeviceNotCompared");
+  EXPECT_NE(r.message.find("kvm-device is UNKNOWN"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("vhost-net has not run"), std::string::npos) << r.message;
   bool noted = false;
   for (const auto& e : r.evidence) noted = noted || e.observed == "UNKNOWN: not compared";
   EXPECT_TRUE(noted);
