@@ -318,3 +318,14 @@ metric_has() {
 }
 # cli_has TEXT: `nodegate dns trace` for vm1 prints TEXT.
 cli_has() { "$NODEGATE" dns trace --api $API --vmi ngdns/vm1 | grep -qF -- "$1"; }
+# topo_finish: the last check (the agent logged no error), then the verdict of the whole script;
+# on a failure the last traces read and the end of the agent's log ($TMP/agent.log) first.
+topo_finish() {
+  check "agent logged no error" bash -c "! grep -q 'level=error' $TMP/agent.log"
+  if [ $fails -gt 0 ]; then
+    [ ! -s $TMP/last.json ] || { echo "--- last traces"; python3 -m json.tool $TMP/last.json | tail -80; }
+    echo "--- agent log"; tail -50 $TMP/agent.log
+    echo "$fails check(s) failed"; exit 1
+  fi
+  echo "all checks passed"
+}
