@@ -7,12 +7,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <net/if.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdarg>
@@ -470,8 +472,8 @@ Result<std::unique_ptr<DnsTracer>> DnsTracer::open(const TracerOptions& opts) {
   if (!isPowerOfTwo(opts.ring_bytes) || opts.ring_bytes < page)
     return Error{EINVAL, "failed to size dns ring buffer: " + std::to_string(opts.ring_bytes) +
                              " bytes is not a power of two of at least one page"};
-  if (opts.poll_interval.count() <= 0)
-    return Error{EINVAL, "failed to configure dns tracer: poll interval must be positive"};
+  if (opts.poll_interval.count() <= 0 || opts.idle_poll_interval.count() <= 0)
+    return Error{EINVAL, "failed to configure dns tracer: poll intervals must be positive"};
 
   auto impl = std::make_unique<Impl>();
   impl->opts = opts;
@@ -726,7 +728,12 @@ Result<void> DnsTracer::start(EventCallback cb) {
     // stays at the default.
     if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), -10) != 0)
       log::debug("dns tracer: poll thread priority unchanged", {{"error", std::strerror(errno)}});
-    const int timeout_ms = static_cast<int>(impl->opts.poll_interval.count());
+    // Named, so its wakeups and CPU can be told from the other threads' (top -H, /proc/PID/task).
+    ::pthread_setname_np(::pthread_self(), "ng-dns-poll");
+    const int busy_ms = static_cast<int>(impl->opts.poll_interval.count());
+    const int idle_ms = std::max(busy_ms, static_cast<int>(impl->opts.idle_poll_interval.count()));
+    constexpr auto kQuietAfter = std::chrono::seconds(1);
+    auto last_event = std::chrono::steady_clock::now();
     for (;;) {
       bool active = false;
       {
@@ -748,8 +755,11 @@ Result<void> DnsTracer::start(EventCallback cb) {
       }
       // Returns early only when the BPF side forces a wakeup (ring half full); otherwise this is
       // the poll interval, and consume() picks up what arrived without a wakeup.
-      ring_buffer__poll(impl->rb, timeout_ms);
-      ring_buffer__consume(impl->rb);
+      const auto now = std::chrono::steady_clock::now();
+      const bool quiet = now - last_event >= kQuietAfter;
+      const int polled = ring_buffer__poll(impl->rb, quiet ? idle_ms : busy_ms);
+      if (ring_buffer__consume(impl->rb) > 0 || polled > 0)
+        last_event = std::chrono::steady_clock::now();
     }
     impl->unmapRing();
   });

@@ -49,9 +49,15 @@ struct TracerOptions {
   // queries/s over 100 VMs where 2 MiB lost none (docs/benchmarks/density.md, ring phase).
   // The agent's --dns-ring-kib sets it (agent/cli/options.h keeps the same default).
   std::size_t ring_bytes = 2u << 20;
-  // How often the poll thread drains the ring; the BPF side does not wake user space per event
-  // (BPF_RB_NO_WAKEUP) and forces a wakeup only when the ring is half full.
+  // How often the poll thread drains the ring while events come; the BPF side does not wake user
+  // space per event (BPF_RB_NO_WAKEUP) and forces a wakeup only when the ring is half full.
   std::chrono::milliseconds poll_interval{10};
+  // How often it drains the ring once no event came for a second (at least poll_interval): at 10
+  // ms an idle agent woke 100 times a second for nothing. An event read returns it to
+  // poll_interval. The first events after a quiet spell wait up to this long to be read, never
+  // longer than the half-full wakeup allows: 2 MiB fill to half in under 200 ms only above ~25k
+  // events/s, and then the program wakes the thread itself.
+  std::chrono::milliseconds idle_poll_interval{200};
   // Load the skb:kfree_skb program (drop reasons). Off = tc events only.
   bool trace_drops = true;
   // Mount point of procfs, for the tracer's own netns (HostRoot::proc()).

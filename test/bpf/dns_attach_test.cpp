@@ -2,6 +2,7 @@
 // inside each through its netns file, real DNS queries sent with dig, and real kernel drops
 // (no socket on port 53; an nftables drop rule) reported with their reason names from BTF.
 #include <bpf/bpf.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -861,6 +863,65 @@ TEST_F(DnsAttachTest, PollThreadDeliversEvents) {
   tracer_->stop();
   EXPECT_GE(seen.load(), 1);
   EXPECT_GE(tracer_->stats().events, 1u);
+}
+
+// Context switches of this process's thread named `comm` so far (-1: no such thread).
+long threadSwitches(const std::string& comm) {
+  for (int attempt = 0; attempt < 50; attempt++) {
+    if (auto* dir = ::opendir("/proc/self/task")) {
+      long found = -1;
+      while (const dirent* t = ::readdir(dir)) {
+        if (t->d_name[0] == '.') continue;
+        const std::string task = std::string("/proc/self/task/") + t->d_name;
+        std::string name;
+        std::getline(std::ifstream(task + "/comm"), name);
+        if (name != comm) continue;
+        found = 0;
+        std::ifstream status(task + "/status");
+        for (std::string line; std::getline(status, line);)
+          for (const char* key : {"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"})
+            if (line.rfind(key, 0) == 0)
+              found += std::strtol(line.c_str() + std::strlen(key), nullptr, 10);
+      }
+      ::closedir(dir);
+      if (found >= 0) return found;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // not named yet
+  }
+  return -1;
+}
+
+// With a device attached and no DNS, the poll thread drains the ring every idle_poll_interval, not
+// every poll_interval: at 10 ms an idle agent woke 100 times a second (docs/benchmarks/density.md).
+// A query after the quiet spell is still delivered, within the idle interval, and a busy ring is
+// read at poll_interval again.
+TEST_F(DnsAttachTest, IdlePollThreadWakesRarelyAndStillDelivers) {
+  attachClient();
+  std::atomic<int> seen{0};
+  const uint64_t ino = ino_a_;
+  ASSERT_TRUE(tracer_
+                  ->start([&](const ng_dns_event& ev) {
+                    if (ev.netns_ino == ino && std::string(ev.qname) == "idle.nodegate.test")
+                      seen++;
+                  })
+                  .ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the quiet second
+  const long before = threadSwitches("ng-dns-poll");
+  ASSERT_GE(before, 0) << "no thread named ng-dns-poll";
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const long idle = threadSwitches("ng-dns-poll") - before;
+  // 2 s at 200 ms is ~10 wakeups; at the 10 ms busy interval it would be ~200.
+  EXPECT_LE(idle, 40) << "the idle poll thread switched " << idle << " times in 2 s";
+  const auto sent = std::chrono::steady_clock::now();
+  std::thread dig([this] { net_->query("idle.nodegate.test"); });  // waits for an answer
+  while (seen.load() == 0 && std::chrono::steady_clock::now() - sent < std::chrono::seconds(3))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto waited = std::chrono::steady_clock::now() - sent;
+  dig.join();
+  tracer_->stop();
+  EXPECT_GE(seen.load(), 1);
+  // dig's query is on the wire within a few ms of the call; the idle interval is 200 ms.
+  EXPECT_LT(waited, std::chrono::milliseconds(1000));
 }
 
 // The program wakes the poll thread when the ring is half full, so a burst is drained long before
