@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <tuple>
 #include <unordered_set>
 
@@ -50,6 +51,13 @@ GuestDnsState stateOf(const QueryTrace& t) {
 bool silent(Verdict v) {
   return v == Verdict::Unanswered || v == Verdict::ServiceTranslationMissing ||
          v == Verdict::Unreachable || v == Verdict::ConnectionRefused;
+}
+
+// A query's state that says its server's path failed (failingServers()).
+bool pathFailure(GuestDnsState st) {
+  return st == GuestDnsState::NodeLocalCacheDown ||
+         st == GuestDnsState::ServiceTranslationMissing || st == GuestDnsState::NoResponse ||
+         st == GuestDnsState::Unreachable || st == GuestDnsState::SlowFailover;
 }
 
 std::string detailOf(const QueryTrace& t) {
@@ -256,6 +264,7 @@ void Accounting::account(std::vector<QueryTrace> finished, const CorrelatorStats
     }
     if (silent(t.verdict) && w.failed_over.erase(t.seq)) e.state = GuestDnsState::SlowFailover;
     w.entries.push_back(std::move(e));
+    w.judged = false;
     while (w.entries.size() > limits_.per_vmi) w.entries.pop_front();
   }
   if (engine.evicted_in_flight > evicted_in_flight_seen_) {
@@ -283,7 +292,7 @@ void Accounting::hopsAttached(std::size_t n) {
 
 // Called with mu_ held.
 void Accounting::forget(const std::string& vmi) {
-  per_vmi_.erase(vmi);
+  if (per_vmi_.erase(vmi)) failing_stale_ = true;
   if (metric_vmis_.erase(vmi)) {
     auto [ns, name] = splitVmi(vmi);
     metrics_->removeVmi(ns, name);
@@ -304,7 +313,7 @@ void Accounting::present(const std::set<std::string>& vmis) {
 }
 
 // Called with mu_ held, on a window trimmed to the present.
-GuestDnsStatus Accounting::judge(const std::string& vmi, const VmiWindow& w) const {
+void Accounting::judge(const std::string& vmi, VmiWindow& w) const {
   GuestDnsStatus g;
   g.vmi = vmi;
   std::uint64_t clean = 0;  // seq of the newest clean answer
@@ -312,6 +321,8 @@ GuestDnsStatus Accounting::judge(const std::string& vmi, const VmiWindow& w) con
     (serverAnswered(e.verdict) ? g.answered : g.failed)++;
     if (e.verdict == Verdict::Answered) clean = std::max(clean, e.seq);
   }
+  markServers(w);
+  w.judged = true;
   // NODATA for a name answered with another type (an IPv4-only Service's AAAA) is no failure.
   std::optional<std::unordered_set<std::size_t>> answered_names;  // built when first needed
   auto answered_name = [&](std::size_t name) {
@@ -330,17 +341,18 @@ GuestDnsStatus Accounting::judge(const std::string& vmi, const VmiWindow& w) con
     if (!worst || e.state > worst->state || (e.state == worst->state && e.seq > worst->seq))
       worst = &e;
   }
-  if (!worst) return g;
-  g.state = worst->state;
-  g.detail = worst->detail;
-  g.server = worst->server;
-  if (g.state == GuestDnsState::SlowFailover)
-    for (const auto& e : w.entries)
-      if (e.seq > clean && e.verdict == Verdict::SlowFailover && e.server == g.server) {
-        ++g.failovers;
-        g.failover_lost_ns += e.lost_ns;
-      }
-  return g;
+  if (worst) {
+    g.state = worst->state;
+    g.detail = worst->detail;
+    g.server = worst->server;
+    if (g.state == GuestDnsState::SlowFailover)
+      for (const auto& e : w.entries)
+        if (e.seq > clean && e.verdict == Verdict::SlowFailover && e.server == g.server) {
+          ++g.failovers;
+          g.failover_lost_ns += e.lost_ns;
+        }
+  }
+  w.status = std::move(g);
 }
 
 Accounting::Summary Accounting::summarize(std::chrono::system_clock::time_point now,
@@ -354,18 +366,30 @@ Accounting::Summary Accounting::summarize(std::chrono::system_clock::time_point 
   std::map<std::string, GuestDnsState> states;
   for (auto it = per_vmi_.begin(); it != per_vmi_.end();) {
     auto& q = it->second.entries;
-    while (!q.empty() && now - q.front().when > limits_.window) q.pop_front();
+    while (!q.empty() && now - q.front().when > limits_.window) {
+      q.pop_front();
+      it->second.judged = false;
+    }
     if (q.empty()) {
       it = per_vmi_.erase(it);
+      failing_stale_ = true;
       continue;
     }
-    GuestDnsStatus g = judge(it->first, it->second);
+    if (!it->second.judged) {
+      judge(it->first, it->second);
+      failing_stale_ = true;
+    }
+    const GuestDnsStatus& g = it->second.status;
     s.queries_in_window += g.answered + g.failed;
     states[g.vmi] = g.state;
-    s.vms.push_back(std::move(g));
+    s.vms.push_back(g);
     ++it;
   }
-  s.failing_servers = failingServers();
+  if (failing_stale_) {
+    failing_ = failingServers();
+    failing_stale_ = false;
+  }
+  s.failing_servers = failing_;
   std::map<std::string, GuestDnsState> failing;
   for (const auto& f : s.failing_servers) failing[f.server] = f.state;
   out.changed = states != last_states_ || failing != last_failing_;
@@ -374,36 +398,55 @@ Accounting::Summary Accounting::summarize(std::chrono::system_clock::time_point 
   return out;
 }
 
-// Called with mu_ held, on windows trimmed to the present. A server is failing when a query to it
-// was lost, unreachable or untranslated, a node-local cache that is down, or it was the silent
-// first server of a slow failover, after its newest clean answer (by seq: the engine numbers every
-// VM's queries in one sequence).
-std::vector<DnsPathSummary::FailingServer> Accounting::failingServers() const {
-  auto path_failure = [](GuestDnsState st) {
-    return st == GuestDnsState::NodeLocalCacheDown ||
-           st == GuestDnsState::ServiceTranslationMissing || st == GuestDnsState::NoResponse ||
-           st == GuestDnsState::Unreachable || st == GuestDnsState::SlowFailover;
+// Called with mu_ held, from judge(). A failure at or before this window's own newest clean answer
+// to its server is at or before the newest of all windows too: only the others are kept.
+void Accounting::markServers(VmiWindow& w) {
+  w.servers.clear();
+  // Consecutive entries mostly name the same server: the last one found is tried first.
+  std::map<std::string, ServerMarks>::iterator last = w.servers.end();
+  auto marksOf = [&](const std::string& server) -> ServerMarks& {
+    if (last == w.servers.end() || last->first != server)
+      last = w.servers.try_emplace(server).first;
+    return last->second;
   };
-  std::unordered_map<std::string, std::uint64_t> clean;
-  for (const auto& [vmi, w] : per_vmi_)
-    for (const auto& e : w.entries)
-      if (e.verdict == Verdict::Answered && !e.server.empty())
-        clean[e.server] = std::max(clean[e.server], e.seq);
-  std::map<std::string, std::pair<const Entry*, const std::string*>> worst;
-  for (const auto& [vmi, w] : per_vmi_)
-    for (const auto& e : w.entries) {
-      if (e.server.empty() || !path_failure(e.state)) continue;
-      if (auto c = clean.find(e.server); c != clean.end() && e.seq <= c->second) continue;
-      auto& [we, wv] = worst[e.server];
-      if (!we || e.state > we->state || (e.state == we->state && e.seq > we->seq)) {
-        we = &e;
-        wv = &vmi;
-      }
+  for (const auto& e : w.entries)
+    if (!e.server.empty() && e.verdict == Verdict::Answered) {
+      auto& m = marksOf(e.server);
+      m.clean = std::max(m.clean, e.seq);
     }
+  for (const auto& e : w.entries)
+    if (!e.server.empty() && pathFailure(e.state)) {
+      auto& m = marksOf(e.server);
+      if (e.seq > m.clean) m.failures.push_back(&e);
+    }
+}
+
+// Called with mu_ held, on windows trimmed to the present and judged. A server is failing when a
+// query to it was lost, unreachable or untranslated, a node-local cache that is down, or it was
+// the silent first server of a slow failover, after its newest clean answer (by seq: the engine
+// numbers every VM's queries in one sequence).
+std::vector<DnsPathSummary::FailingServer> Accounting::failingServers() const {
+  std::map<std::string_view, std::uint64_t> clean;
+  for (const auto& [vmi, w] : per_vmi_)
+    for (const auto& [server, m] : w.servers) {
+      auto& c = clean[server];
+      c = std::max(c, m.clean);
+    }
+  std::map<std::string_view, std::pair<const Entry*, const std::string*>> worst;
+  for (const auto& [vmi, w] : per_vmi_)
+    for (const auto& [server, m] : w.servers)
+      for (const Entry* e : m.failures) {
+        if (e->seq <= clean[server]) continue;
+        auto& [we, wv] = worst[server];
+        if (!we || e->state > we->state || (e->state == we->state && e->seq > we->seq)) {
+          we = e;
+          wv = &vmi;
+        }
+      }
   std::vector<DnsPathSummary::FailingServer> out;
   for (const auto& [server, ev] : worst) {
     if (out.size() >= kMaxFailingServers) break;
-    out.push_back({server, ev.first->state, *ev.second, ev.first->detail});
+    out.push_back({std::string(server), ev.first->state, *ev.second, ev.first->detail});
   }
   return out;
 }

@@ -95,12 +95,26 @@ class Accounting {
     std::string server;         // the server it concerns (slow failover: the silent one)
     std::uint64_t lost_ns = 0;  // slow failover: the time lost to `server`
   };
+  // What one window says of each server its entries name: the newest clean answer to it, and the
+  // path failures (failingServers()) after that answer. Pointers into VmiWindow::entries.
+  struct ServerMarks {
+    std::uint64_t clean = 0;
+    std::vector<const Entry*> failures;
+  };
   struct VmiWindow {
     std::deque<Entry> entries;  // in arrival order, at most limits_.per_vmi
     // failover_of of answers whose silent attempt has not finished yet (bounded by per_vmi).
     std::set<std::uint64_t> failed_over;
+    // summarize()'s verdict of this window, valid while `judged`: every change to entries clears
+    // it. A summary re-judges only the windows that changed, so a tick after a burst costs the
+    // VMIs, not the queries they keep (at 100 VMIs, 512 each, judging every window every tick was
+    // ~9 % of a core with no DNS at all: docs/benchmarks/density.md).
+    bool judged = false;
+    GuestDnsStatus status;
+    std::map<std::string, ServerMarks> servers;
   };
-  GuestDnsStatus judge(const std::string& vmi, const VmiWindow& w) const;
+  void judge(const std::string& vmi, VmiWindow& w) const;  // fills status and servers
+  static void markServers(VmiWindow& w);
   static constexpr std::size_t kMaxFailingServers = 64;  // in the summary, the first by address
   std::vector<DnsPathSummary::FailingServer> failingServers() const;
   // The nodegate_dns_queries_total series of a VMI's queries with verdict v ("_other" beyond the
@@ -116,6 +130,9 @@ class Accounting {
   std::map<std::string, VmiWindow> per_vmi_;  // VMIs with finished queries in the window
   std::map<std::string, GuestDnsState> last_states_;
   std::map<std::string, GuestDnsState> last_failing_;  // failing servers, the previous summary's
+  // failingServers() as of the last summary; computed again when some window was judged or left.
+  std::vector<DnsPathSummary::FailingServer> failing_;
+  bool failing_stale_ = true;
   // VMIs with series of their own, and the series found so far, by verdict.
   static constexpr std::size_t kVerdicts =
       static_cast<std::size_t>(Verdict::NodeLocalCacheDown) + 1;
