@@ -326,6 +326,35 @@ measure_cycles() {
     test "$(jget "$ha" hops)" = "$(jget "$hb" hops)"
 }
 
+# measure_restart N: the agent killed with SIGKILL beside N traced VMs (an OOM kill, a crash: it
+# cannot detach, and its filters keep running its programs) and started again: until every
+# launcher is traced again, which includes removing the dead agent's filters (the new agent does
+# as it attaches, after reading which programs live processes hold: every fd of every process),
+# and that none stacked up.
+measure_restart() {
+  local n=$1 old left
+  old=$(meter prog_ids $AGENT)
+  old=$(tr -d '[] ' <<< "$old")
+  kill -9 $AGENT
+  wait $AGENT 2> /dev/null || true
+  local stale; stale=$(meter filters_of "$old" ngdns-)
+  local fds; fds=$(meter host_fds)
+  start_agent
+  local up; up=$(meter wait_hops $n 120)
+  # attach() removes a device's dead filters before it adds its own: once every launcher is
+  # traced again, none may be left.
+  left=$(meter filters_of "$old" ngdns-)
+  local filt; filt=$(meter filters $AGENT ngdns-)
+  record "{\"kind\":\"restart\",\"n\":$n,\"procs\":$(meter procs),\"host_fds\":$fds,\"stale_before\":$stale,\"traced_s\":$up,\"stale_left\":$left,\"filters\":$filt}"
+  expect "restart beside $n VMs: the killed agent left its $((8 * n + 4)) filters" \
+    test "$(jget "$stale" filters)" = $((8 * n + 4))
+  expect "restart beside $n VMs: every launcher traced again" test "$up" != -1
+  expect "restart beside $n VMs: the killed agent's filters removed" \
+    test "$(jget "$left" filters)" = 0
+  expect "restart beside $n VMs: 2 filters per traced device, none stacked ($((8 * n + 4)))" \
+    test "$(jget "$filt" filters)" = $((8 * n + 4))
+}
+
 # --- the run --------------------------------------------------------------------------------------
 log "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(meter procs) processes"
 topo_node
@@ -349,8 +378,10 @@ for n in $SIZES; do
   [ "$n" = "${SIZES##* }" ] || stop_agent
 done
 measure_cycles $last
+measure_restart $last
 if [ "$MANY_PROCS" != 0 ]; then
   spawn_procs $MANY_PROCS
+  measure_restart $last
   cycle="0 0 0"
   [ "$CYCLE_SIGHUPS" = 0 ] || cycle=$(cycle_window)
   idle=$(cpu_window $((IDLE_SECS > 0 ? IDLE_SECS / 2 : 1)))

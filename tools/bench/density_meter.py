@@ -246,6 +246,18 @@ def procs():
     return sum(1 for d in os.listdir("/proc") if d.isdigit())
 
 
+def host_fds():
+    """Open file descriptors of every process: what a scan of who holds BPF programs reads."""
+    total = 0
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                total += len(os.listdir(f"/proc/{d}/fd"))
+            except OSError:
+                pass
+    return total
+
+
 COMMANDS = {
     "mem": lambda pid: mem(int(pid)),
     "cpu": lambda pid: cpu(int(pid)),
@@ -261,6 +273,7 @@ COMMANDS = {
     "prog_ids": lambda pid: held_ids(int(pid), "prog_id"),
     "filters_of": lambda ids, prefix: filters({int(i) for i in ids.split(",") if i}, prefix),
     "procs": procs,
+    "host_fds": host_fds,
     "cycle": cycle,
 }
 

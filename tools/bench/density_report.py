@@ -235,6 +235,18 @@ if cyc:
         print("\nRSS KiB along the way: " +
               ", ".join(f"{r['cycle']}: {r['mem']['rss_kib']}" for r in rss) + ".")
 
+restarts = kind("restart")
+if restarts:
+    print("\n### The agent killed (SIGKILL) and started again beside the traced VMs\n")
+    print("The dead agent cannot detach: its filters keep running its programs until the new one, "
+          "attaching, finds that no live process holds them (a read of every process's fds).\n")
+    body = [[r["n"], r["procs"], r["host_fds"], r["stale_before"]["filters"], fmt(r["traced_s"], 2),
+             r["stale_left"]["filters"], r["filters"]["filters"]]
+            for r in restarts]
+    print(table(["VMs", "processes", "fds of all processes", "dead agent's filters",
+                 "all traced again after (s)", "dead agent's filters left then",
+                 "new agent's filters"], body))
+
 td = one("teardown")
 if td:
     print(f"\nAll VMs gone: {td['hops']['hops']} hops traced (the shared side), "
