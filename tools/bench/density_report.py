@@ -84,7 +84,10 @@ ne = machine.get("node_exporter")
 if ne:
     print(f"node_exporter (prometheus-node-exporter, default collectors) in the same run: "
           f"RSS {ne['idle']['rss_kib']} KiB idle, {ne['scraped']['rss_kib']} KiB after 10 "
-          f"scrapes (USS {ne['scraped']['uss_kib']} KiB).\n")
+          f"scrapes (USS {ne['scraped']['uss_kib']} KiB, PSS {ne['scraped'].get('pss_kib', '?')} "
+          f"KiB).\n")
+    print("PSS counts a page mapped twice once: the tracer's ring buffer is (its data pages again "
+          "after the end, for reads across the wrap), so the agent's RSS holds it twice.\n")
 
 foreign = [s for s in sizes if s.get("foreign")]
 if foreign:
@@ -101,14 +104,15 @@ for s in sizes:
     if s["n"] != base["n"]:
         marginal = (m["rss_kib"] - base["mem"]["rss_kib"]) / (s["n"] - base["n"])
     cpu_s, switches, wall = window(s["idle"])
-    body.append([s["n"], s["procs"], s["traced_s"], m["rss_kib"], m["uss_kib"], marginal,
+    body.append([s["n"], s["procs"], s["traced_s"], m["rss_kib"], m.get("pss_kib"), m["uss_kib"],
+                 marginal,
                  m["threads"], m["fds"], m["netns_fds"], s["filters"]["filters"],
                  b["prog_memlock"] // 1024, b["map_memlock"] // 1024,
                  pct(cpu_s, wall) if wall else None, switches / wall if wall else None]
                 + [disc(s).get(k) for k in ("rescans", "full_rescans", "netns_listed")]
                 + [asked(disc(s))])
 print("### At idle, tracer on\n")
-print(table(["VMs", "processes", "all traced after (s)", "RSS KiB", "USS KiB",
+print(table(["VMs", "processes", "all traced after (s)", "RSS KiB", "PSS KiB", "USS KiB",
              f"RSS KiB per VM beyond {base['n']}", "threads", "fds", "netns fds", "tc filters",
              "BPF prog memlock KiB", "BPF map memlock KiB", "idle CPU % of a core",
              "wakeups/s", "rescans in the idle window", "of them full", "netns listed",
@@ -124,10 +128,10 @@ if after:
             continue
         cpu_s, switches, wall = window(a["idle"])
         st = a.get("settled") or {}
-        body.append([s["n"], a["mem"]["rss_kib"], a["mem"]["uss_kib"],
+        body.append([s["n"], a["mem"]["rss_kib"], a["mem"].get("pss_kib"), a["mem"]["uss_kib"],
                      a["mem"]["rss_kib"] - s["mem"]["rss_kib"], pct(cpu_s, wall),
                      switches / wall if wall else None, st.get("rss_kib"), st.get("uss_kib")])
-    print(table(["VMs", "RSS KiB", "USS KiB", "RSS growth KiB", "idle CPU %", "wakeups/s",
+    print(table(["VMs", "RSS KiB", "PSS KiB", "USS KiB", "RSS growth KiB", "idle CPU %", "wakeups/s",
                  "RSS KiB after the idle window", "USS KiB"], body))
 
 # --- probe cycle and check against the VM and process count --------------------------------------
