@@ -27,7 +27,7 @@ namespace nodegate {
 // A guest's DNS as the tracer judges it over the window (agent/dns/accounting.h): the worst of
 // its queries since its last clean answer. Ordered worst last; each is the dns-path check's reason
 // of that name (guestDnsReason()): FAIL from ClusterNameNotFound up, WARN below it.
-enum class GuestDnsState {
+enum class GuestDnsState : std::uint8_t {
   Ok,
   SlowFailover,               // answered, after the first nameserver stayed silent (WARN)
   TruncatedTcpFailed,         // an answer too big for UDP, and DNS over TCP failed (WARN)

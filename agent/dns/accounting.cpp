@@ -1,7 +1,6 @@
 #include "dns/accounting.h"
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <optional>
 #include <string_view>
@@ -12,7 +11,6 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
-#include "dns/trace_view.h"
 #include "nodegate/log.h"
 
 namespace nodegate::dns {
@@ -21,7 +19,7 @@ namespace {
 // What one query says of its guest's DNS. NXDOMAIN/NODATA is an answer, unless the name is one
 // only the cluster's DNS can answer (the guest asked the wrong server, or its forward target
 // cannot see the cluster's zones).
-GuestDnsState stateOf(const QueryTrace& t) {
+GuestDnsState stateOf(const Outcome& t) {
   switch (t.verdict) {
     case Verdict::SlowFailover:
       return GuestDnsState::SlowFailover;
@@ -58,10 +56,6 @@ bool pathFailure(GuestDnsState st) {
   return st == GuestDnsState::NodeLocalCacheDown ||
          st == GuestDnsState::ServiceTranslationMissing || st == GuestDnsState::NoResponse ||
          st == GuestDnsState::Unreachable || st == GuestDnsState::SlowFailover;
-}
-
-std::string detailOf(const QueryTrace& t) {
-  return t.qname + " " + qtypeName(t.qtype) + ": " + verdictDetail(t);
 }
 
 const prometheus::Histogram::BucketBoundaries kLatencyBuckets{
@@ -206,13 +200,14 @@ prometheus::Counter& Accounting::queriesCounter(const std::string& vmi, Verdict 
   return metrics_->queriesOf("_other", "_other", v);
 }
 
-void Accounting::account(std::vector<QueryTrace> finished, const CorrelatorStats& engine) {
+void Accounting::account(std::vector<Outcome> finished, const CorrelatorStats& engine) {
   auto now = std::chrono::system_clock::now();
   std::lock_guard lock(mu_);
   for (auto& t : finished) {
-    for (const auto& s : t.query_path)
-      if (auto l = t.hopLatencyNs(s.hop))
-        metrics_->latencyAt(s.hop).Observe(static_cast<double>(*l) / 1e9);
+    for (unsigned n = 0; n < t.hop_latency_ns.size(); ++n)
+      if (t.timed & (1u << n))
+        metrics_->latencyAt(static_cast<Hop>(n))
+            .Observe(static_cast<double>(t.hop_latency_ns[n]) / 1e9);
     if (!t.drop_reason.empty()) {
       const std::string hop(hopName(t.drop_hop));
       if (auto* c = metrics_->dropsOf(hop, t.drop_reason, limits_.max_drop_series)) {
@@ -243,13 +238,15 @@ void Accounting::account(std::vector<QueryTrace> finished, const CorrelatorStats
     e.seq = t.seq;
     e.verdict = t.verdict;
     e.state = stateOf(t);
-    e.nodata = t.verdict == Verdict::NotFound && t.rcode.value_or(3) == 0;
-    e.name = std::hash<std::string>{}(t.qname);
-    if (t.verdict != Verdict::Answered) e.detail = detailOf(t);
-    e.server = t.original_daddr;
+    e.name = t.name;
+    if (e.state != GuestDnsState::Ok) {
+      e.failure = std::make_unique<Failure>();
+      e.failure->detail = std::move(t.detail);
+      e.failure->nodata = t.nodata;
+    }
+    e.server = w.intern(t.server);
     if (t.failover_of) {
-      e.server = t.failover_server;
-      e.lost_ns = t.failover_lost_ns;
+      if (e.failure) e.failure->lost_ns = t.failover_lost_ns;  // SlowFailover is never Ok
       // The silent attempt this answer followed: finished already, or to come.
       bool found = false;
       for (auto it = w.entries.rbegin(); it != w.entries.rend() && !found; ++it)
@@ -276,6 +273,11 @@ void Accounting::account(std::vector<QueryTrace> finished, const CorrelatorStats
     metrics_->evictions.Add({{"kind", "done"}})
         .Increment(static_cast<double>(engine.evicted_done - evicted_done_seen_));
     evicted_done_seen_ = engine.evicted_done;
+  }
+  if (engine.unaccounted_dropped > unaccounted_seen_) {
+    metrics_->evictions.Add({{"kind", "unaccounted"}})
+        .Increment(static_cast<double>(engine.unaccounted_dropped - unaccounted_seen_));
+    unaccounted_seen_ = engine.unaccounted_dropped;
   }
 }
 
@@ -324,8 +326,8 @@ void Accounting::judge(const std::string& vmi, VmiWindow& w) const {
   markServers(w);
   w.judged = true;
   // NODATA for a name answered with another type (an IPv4-only Service's AAAA) is no failure.
-  std::optional<std::unordered_set<std::size_t>> answered_names;  // built when first needed
-  auto answered_name = [&](std::size_t name) {
+  std::optional<std::unordered_set<std::uint32_t>> answered_names;  // built when first needed
+  auto answered_name = [&](std::uint32_t name) {
     if (!answered_names) {
       answered_names.emplace();
       for (const auto& e : w.entries)
@@ -336,20 +338,20 @@ void Accounting::judge(const std::string& vmi, VmiWindow& w) const {
   const Entry* worst = nullptr;
   for (const auto& e : w.entries) {
     if (e.seq <= clean || e.state == GuestDnsState::Ok) continue;
-    if (e.state == GuestDnsState::ClusterNameNotFound && e.nodata && answered_name(e.name))
+    if (e.state == GuestDnsState::ClusterNameNotFound && e.failure->nodata && answered_name(e.name))
       continue;
     if (!worst || e.state > worst->state || (e.state == worst->state && e.seq > worst->seq))
       worst = &e;
   }
   if (worst) {
     g.state = worst->state;
-    g.detail = worst->detail;
-    g.server = worst->server;
+    g.detail = worst->failure->detail;
+    g.server = w.serverName(*worst);
     if (g.state == GuestDnsState::SlowFailover)
       for (const auto& e : w.entries)
-        if (e.seq > clean && e.verdict == Verdict::SlowFailover && e.server == g.server) {
+        if (e.seq > clean && e.verdict == Verdict::SlowFailover && e.server == worst->server) {
           ++g.failovers;
-          g.failover_lost_ns += e.lost_ns;
+          g.failover_lost_ns += e.failure->lost_ns;
         }
   }
   w.status = std::move(g);
@@ -410,15 +412,43 @@ void Accounting::markServers(VmiWindow& w) {
     return last->second;
   };
   for (const auto& e : w.entries)
-    if (!e.server.empty() && e.verdict == Verdict::Answered) {
-      auto& m = marksOf(e.server);
+    if (e.server != kNoServer && e.verdict == Verdict::Answered) {
+      auto& m = marksOf(w.serverName(e));
       m.clean = std::max(m.clean, e.seq);
     }
   for (const auto& e : w.entries)
-    if (!e.server.empty() && pathFailure(e.state)) {
-      auto& m = marksOf(e.server);
+    if (e.server != kNoServer && pathFailure(e.state)) {
+      auto& m = marksOf(w.serverName(e));
       if (e.seq > m.clean) m.failures.push_back(&e);
     }
+}
+
+std::uint16_t Accounting::VmiWindow::intern(const std::string& server) {
+  if (server.empty()) return kNoServer;
+  for (std::size_t i = server_names.size(); i-- > 0;)
+    if (server_names[i] == server) return static_cast<std::uint16_t>(i);
+  if (server_names.size() > 2 * entries.size() + 16) {
+    std::vector<std::uint16_t> renumbered(server_names.size(), kNoServer);
+    std::vector<std::string> kept;
+    for (auto& e : entries) {
+      if (e.server == kNoServer) continue;
+      auto& to = renumbered[e.server];
+      if (to == kNoServer) {
+        to = static_cast<std::uint16_t>(kept.size());
+        kept.push_back(std::move(server_names[e.server]));
+      }
+      e.server = to;
+    }
+    server_names = std::move(kept);
+  }
+  if (server_names.size() >= kNoServer) return kNoServer;  // more than an entry's index holds
+  server_names.push_back(server);
+  return static_cast<std::uint16_t>(server_names.size() - 1);
+}
+
+const std::string& Accounting::VmiWindow::serverName(const Entry& e) const {
+  static const std::string none;
+  return e.server == kNoServer ? none : server_names[e.server];
 }
 
 // Called with mu_ held, on windows trimmed to the present and judged. A server is failing when a
@@ -446,7 +476,7 @@ std::vector<DnsPathSummary::FailingServer> Accounting::failingServers() const {
   std::vector<DnsPathSummary::FailingServer> out;
   for (const auto& [server, ev] : worst) {
     if (out.size() >= kMaxFailingServers) break;
-    out.push_back({std::string(server), ev.first->state, *ev.second, ev.first->detail});
+    out.push_back({std::string(server), ev.first->state, *ev.second, ev.first->failure->detail});
   }
   return out;
 }

@@ -14,7 +14,10 @@
 //                                                     devices); at most max_drop_series pairs
 //                                                     (beyond: reason "_other")
 //   nodegate_bpf_events_lost_total                    ring buffer reserve failures
-//   nodegate_dns_trace_evictions_total{kind}          in_flight | done: engine caps reached
+//   nodegate_dns_trace_evictions_total{kind}          in_flight | done | unaccounted: engine caps
+//                                                     reached (unaccounted: finished queries
+//                                                     dropped before a tick took them, so missing
+//                                                     from every other family here)
 //   nodegate_dns_hops_attached                        devices being traced
 //   nodegate_dns_series_limited_total{family,reason}  queries a family gave no series of their
 //                                                     own: reason "cap" (counted under the
@@ -63,8 +66,8 @@ class Accounting {
   Accounting(prometheus::Registry& registry, AccountingLimits limits);
   ~Accounting();
 
-  // Counts traces the engine finished (metrics, window); `engine` is its counters after that.
-  void account(std::vector<QueryTrace> finished, const CorrelatorStats& engine);
+  // Counts queries the engine finished (metrics, window); `engine` is its counters after that.
+  void account(std::vector<Outcome> finished, const CorrelatorStats& engine);
   // The tracer's total of ring records lost so far; the counter follows it.
   void eventsLost(std::uint64_t total);
   void hopsAttached(std::size_t n);
@@ -84,16 +87,24 @@ class Accounting {
 
  private:
   struct Metrics;
+  // One finished query in a VMI's window: 32 bytes. A window keeps up to per_vmi of them (512) for
+  // each VMI, so after a burst over 100 VMs they are most of what the agent holds
+  // (docs/benchmarks/density.md: 6.5 MiB at 112 bytes an entry). What only a query that failed
+  // its guest needs is out of line, and the server is an index into the window's own names.
+  struct Failure {
+    std::string detail;
+    std::uint64_t lost_ns = 0;  // slow failover: the time lost to the server
+    bool nodata = false;        // NOERROR without records: the name exists (another type may not)
+  };
+  static constexpr std::uint16_t kNoServer = 0xffff;
   struct Entry {
     std::chrono::system_clock::time_point when;
     std::uint64_t seq = 0;
+    std::unique_ptr<Failure> failure;  // set when `state` is not Ok
+    std::uint32_t name = 0;            // hash of the question's name
+    std::uint16_t server = kNoServer;  // VmiWindow::server_names (slow failover: the silent one)
     Verdict verdict = Verdict::InFlight;
     GuestDnsState state = GuestDnsState::Ok;  // what this query alone says
-    bool nodata = false;        // NOERROR without records: the name exists (another type may not)
-    std::size_t name = 0;       // hash of the question's name
-    std::string detail;         // "" for a clean answer
-    std::string server;         // the server it concerns (slow failover: the silent one)
-    std::uint64_t lost_ns = 0;  // slow failover: the time lost to `server`
   };
   // What one window says of each server its entries name: the newest clean answer to it, and the
   // path failures (failingServers()) after that answer. Pointers into VmiWindow::entries.
@@ -103,6 +114,12 @@ class Accounting {
   };
   struct VmiWindow {
     std::deque<Entry> entries;  // in arrival order, at most limits_.per_vmi
+    // The servers its entries name, each once (the guest's few nameservers). intern() drops the
+    // names no entry uses any more once they outnumber the entries, so a guest asking ever new
+    // addresses cannot grow it past twice the window.
+    std::vector<std::string> server_names;
+    std::uint16_t intern(const std::string& server);
+    const std::string& serverName(const Entry& e) const;
     // failover_of of answers whose silent attempt has not finished yet (bounded by per_vmi).
     std::set<std::uint64_t> failed_over;
     // summarize()'s verdict of this window, valid while `judged`: every change to entries clears
@@ -139,6 +156,7 @@ class Accounting {
   std::map<std::string, std::array<prometheus::Counter*, kVerdicts>> metric_vmis_;
   bool vmi_cap_logged_ = false, drop_cap_logged_ = false;
   std::uint64_t lost_seen_ = 0, evicted_in_flight_seen_ = 0, evicted_done_seen_ = 0;
+  std::uint64_t unaccounted_seen_ = 0;
 };
 
 }  // namespace nodegate::dns

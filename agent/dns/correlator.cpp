@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <functional>
 #include <iterator>
 
 namespace nodegate::dns {
@@ -266,6 +268,30 @@ std::optional<std::uint64_t> QueryTrace::latencyNs() const {
     }
   }
   return best;
+}
+
+Outcome::Outcome(const QueryTrace& t)
+    : seq(t.seq),
+      vmi(t.vmi),
+      verdict(t.verdict),
+      cluster_name(t.cluster_name),
+      nodata(t.verdict == Verdict::NotFound && t.rcode.value_or(3) == 0),
+      name(static_cast<std::uint32_t>(std::hash<std::string>{}(t.qname))),
+      server(t.failover_of ? t.failover_server : t.original_daddr),
+      failover_of(t.failover_of),
+      failover_lost_ns(t.failover_lost_ns),
+      drop_reason(t.drop_reason),
+      drop_hop(t.drop_hop) {
+  if (t.verdict != Verdict::Answered)
+    detail = t.qname + " " + qtypeName(t.qtype) + ": " + verdictDetail(t);
+  for (const auto& s : t.query_path) {
+    const auto n = static_cast<unsigned>(s.hop);
+    if (n >= hop_latency_ns.size() || (timed & (1u << n))) continue;
+    if (auto l = t.hopLatencyNs(s.hop)) {
+      timed = static_cast<std::uint8_t>(timed | (1u << n));
+      hop_latency_ns[n] = *l;
+    }
+  }
 }
 
 const Correlator::Key& Correlator::lookupKey(const Observation& o) {
@@ -755,7 +781,7 @@ void Correlator::finish(std::uint64_t seq, Verdict v, std::uint64_t now_ns) {
 
 void Correlator::retire(QueryTrace t) {
   const bool settles = t.tcp && t.tcp_retry_of != 0;
-  newly_done_.push_back(t);
+  newly_done_.emplace_back(t);
   if (newly_done_.size() > limits_.max_unaccounted) {
     newly_done_.pop_front();
     ++stats_.unaccounted_dropped;
@@ -804,16 +830,92 @@ void Correlator::finishAwaiting(std::uint64_t now_ns) {
   }
 }
 
-std::vector<QueryTrace> Correlator::expire(std::uint64_t now_ns) {
+std::vector<Outcome> Correlator::expire(std::uint64_t now_ns) {
   std::vector<std::uint64_t> old;
   for (const auto& [seq, t] : in_flight_)
     if (now_ns >= t.first_ns + limits_.timeout_ns) old.push_back(seq);
   for (std::uint64_t seq : old) finish(seq, Verdict::InFlight, now_ns);
   finishAwaiting(now_ns);
-  std::vector<QueryTrace> out(std::make_move_iterator(newly_done_.begin()),
-                              std::make_move_iterator(newly_done_.end()));
+  std::vector<Outcome> out(std::make_move_iterator(newly_done_.begin()),
+                           std::make_move_iterator(newly_done_.end()));
   newly_done_.clear();
   return out;
+}
+
+namespace {
+
+std::string seconds(std::uint64_t ns) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", static_cast<double>(ns) / 1e9);
+  return buf;
+}
+
+std::string icmpText(const QueryTrace& t) {
+  return "ICMP " + icmpUnreachableName(t.ipv6, t.icmp_code.value_or(0)) + " from " +
+         (t.icmp_from.empty() ? "?" : t.icmp_from) + " at " + std::string(hopName(t.icmp_hop));
+}
+
+std::string lostText(const QueryTrace& t) {
+  std::string d = "no answer, last seen at " + std::string(hopName(t.last_hop));
+  if (t.verdict == Verdict::ServiceTranslationMissing)
+    d += " with the service IP " + t.original_daddr + " untranslated";
+  if (!t.drop_reason.empty())
+    d += ", kernel drop " + t.drop_reason +
+         (t.drop_hop == Hop::Unknown ? " beyond the traced hops"
+                                     : " at " + std::string(hopName(t.drop_hop)));
+  if (t.node_local && t.upstream_seen)
+    d += "; the node-local cache asked " + t.upstream_server + " upstream";
+  return d;
+}
+
+// What shows that nothing serves the node-local cache's address (Correlator::cacheDown()).
+std::string cacheDownText(const QueryTrace& t) {
+  std::string d = "node-local DNS cache " + t.original_daddr + " is not serving: ";
+  if (t.icmp_code) return d + icmpText(t);
+  if (t.reset_hop != Hop::Unknown)
+    return d + "TCP port 53 reset at " + std::string(hopName(t.reset_hop));
+  if (t.drop_reason == "NO_SOCKET")
+    return d + "no socket on port 53 (kernel drop NO_SOCKET at " +
+           std::string(hopName(t.drop_hop)) + ")";
+  if (t.node_local_absent)
+    return d +
+           "its address is on no link of this node (the cache has not set it up), last seen "
+           "at " +
+           std::string(hopName(t.last_hop));
+  return d + "no answer and no query upstream, last seen at " + std::string(hopName(t.last_hop));
+}
+
+}  // namespace
+
+std::string verdictDetail(const QueryTrace& t) {
+  const std::string rcode = t.rcode ? rcodeName(*t.rcode) : "error";
+  switch (t.verdict) {
+    case Verdict::Answered:
+      return "answered";
+    case Verdict::NotFound:
+      return (t.rcode.value_or(0) == 0 ? "NODATA (no " + qtypeName(t.qtype) + " records)" : rcode) +
+             " from " + t.original_daddr;
+    case Verdict::ServerError:
+      return rcode + " from " + t.original_daddr;
+    case Verdict::Refused:
+      return "REFUSED by " + t.original_daddr;
+    case Verdict::Unreachable:
+      return icmpText(t);
+    case Verdict::ConnectionRefused:
+      return "TCP connection to " + t.original_daddr + " port 53 reset at " +
+             std::string(hopName(t.reset_hop));
+    case Verdict::SlowFailover:
+      return "answered by " + t.original_daddr + " after " + t.failover_server +
+             " did not answer for " + seconds(t.failover_lost_ns);
+    case Verdict::TruncatedTcpFailed:
+      return "truncated over UDP, " + (t.tcp_failure.empty() ? "TCP retry failed" : t.tcp_failure);
+    case Verdict::NodeLocalCacheDown:
+      return cacheDownText(t);
+    case Verdict::InFlight:
+      return "in flight";
+    default:
+      return lostText(t);
+  }
 }
 
 }  // namespace nodegate::dns

@@ -7,6 +7,7 @@
 // DNAT on the host) rewrite them; the DNS header and question survive both.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -58,7 +59,7 @@ struct Sighting {
 };
 
 // Each failure belongs to a layer (verdictHint() names it), so each is a verdict of its own.
-enum class Verdict {
+enum class Verdict : std::uint8_t {
   InFlight,
   Answered,                   // a response with answer records reached the first traced hop
   ServerError,                // answered with SERVFAIL, FORMERR, NOTIMP or another error rcode
@@ -144,12 +145,35 @@ struct QueryTrace {
   std::optional<std::uint64_t> latencyNs() const;
 };
 
+// What a finished query leaves for the accounting (accounting.h): made once when the engine
+// finishes it, a few hundred bytes where the whole trace with its sightings is ~2 KiB. expire()
+// hands these over once a tick, so a tick's worth of them waits in memory (2 500 at 25k queries/s,
+// up to max_unaccounted when ticks are late). Implicit from a trace, which is all it is made of.
+struct Outcome {
+  Outcome(const QueryTrace& t);  // NOLINT(google-explicit-constructor): see above
+  std::uint64_t seq = 0;
+  std::string vmi;
+  Verdict verdict = Verdict::InFlight;
+  bool cluster_name = false;  // QueryTrace::cluster_name
+  bool nodata = false;        // NOT FOUND as NOERROR without records: the name exists
+  std::uint32_t name = 0;     // a hash of the question's name (its case as asked)
+  std::string server;         // as the guest addressed it; a slow failover's silent one
+  std::uint64_t failover_of = 0, failover_lost_ns = 0;
+  std::string detail;  // "NAME TYPE: what happened" (verdictDetail()), for all but Answered
+  std::string drop_reason;
+  Hop drop_hop = Hop::Unknown;
+  // The round trip at each hop that saw both directions (QueryTrace::hopLatencyNs()), by hop
+  // number; `timed` has bit n set for hop n.
+  std::uint8_t timed = 0;
+  std::array<std::uint64_t, 8> hop_latency_ns{};
+};
+
 struct CorrelatorLimits {
   std::uint64_t timeout_ns = 5'000'000'000;          // unanswered after this long
   std::uint64_t tcp_link_window_ns = 5'000'000'000;  // TC answer -> TCP retry
   std::size_t max_in_flight = 4096;                  // oldest in-flight evicted beyond this
   std::size_t max_done = 1024;                       // finished traces kept for the API
-  // Finished traces the caller has not taken with expire() yet (the accounting's input), oldest
+  // Finished queries the caller has not taken with expire() yet (the accounting's input), oldest
   // dropped beyond. Not max_done: the agent takes them every tick (100 ms), and at 25k queries/s
   // 2 500 finish per tick; capped at 1 024 the metrics missed the rest. 16 384 holds 50k
   // queries/s for over 300 ms.
@@ -171,9 +195,10 @@ class Correlator {
   explicit Correlator(CorrelatorLimits limits = {}) : limits_(limits) {}
 
   void observe(const Observation& o);
-  // Finishes every in-flight query older than the timeout; returns the traces finished by this
-  // call and by observe() since the last call (the caller feeds metrics from them once).
-  std::vector<QueryTrace> expire(std::uint64_t now_ns);
+  // Finishes every in-flight query older than the timeout; returns what the queries finished by
+  // this call and by observe() since the last call left (the caller feeds metrics from them
+  // once), in the order they finished: the newest of done() are the same queries, whole.
+  std::vector<Outcome> expire(std::uint64_t now_ns);
 
   // Finished traces, oldest first (bounded by max_done).
   const std::deque<QueryTrace>& done() const { return done_; }
@@ -258,9 +283,12 @@ class Correlator {
   // Truncated UDP answers, finished but for the verdict their TCP retry decides (by seq).
   std::map<std::uint64_t, QueryTrace> awaiting_tcp_;
   std::deque<QueryTrace> done_;
-  std::deque<QueryTrace> newly_done_;  // for expire(): a deque, the oldest go first
+  std::deque<Outcome> newly_done_;  // for expire(): a deque, the oldest go first
 };
 
+// What happened, in a few words ("NXDOMAIN from 10.96.0.10", "ICMP port-unreachable from
+// 10.244.0.3 at server"): the dns-path check's detail and the API's "detail".
+std::string verdictDetail(const QueryTrace& t);
 // DNS names for the response codes and types nodegate shows ("SERVFAIL", "AAAA"); numbers else.
 std::string rcodeName(unsigned rcode);
 std::string qtypeName(unsigned qtype);

@@ -317,7 +317,7 @@ bool DnsService::Impl::publish() {
 
 // Every cfg.tick: queries past their timeout finish, the accounting takes what finished.
 void DnsService::Impl::tick() {
-  std::vector<QueryTrace> finished;
+  std::vector<Outcome> finished;
   CorrelatorStats engine_stats;
   std::size_t in_flight = 0;
   {

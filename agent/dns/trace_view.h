@@ -24,7 +24,7 @@ struct TimeBase {
 //    result: verdictName() (answered|not_found|server_error|refused|unanswered|
 //            service_translation_missing|unreachable|connection_refused|slow_failover|
 //            truncated_tcp_failed|node_local_cache_down),
-//    detail: verdictDetail(), hint: verdictHint()|null,
+//    detail: verdictDetail() (correlator.h), hint: verdictHint()|null,
 //    server: the address the guest sent the query to, rcode: "NOERROR"|null, nodata,
 //    latency_seconds: number|null, truncated, retry_of, tcp_retry_of, tcp_retried_by (0 = none),
 //    tcp_failure: string|null, connect_only (a TCP connection seen without its query),
@@ -37,9 +37,6 @@ struct TimeBase {
 //            latency_seconds: number|null}] in path order}
 nlohmann::json traceJson(const QueryTrace& t, const TimeBase& base);
 
-// What happened, in a few words ("NXDOMAIN from 10.96.0.10", "ICMP port-unreachable from
-// 10.244.0.3 at server"): the dns-path check's detail and the API's "detail".
-std::string verdictDetail(const QueryTrace& t);
 // Which layer a failure belongs to and where to look; "" for an answered query.
 std::string verdictHint(const QueryTrace& t);
 

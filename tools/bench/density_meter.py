@@ -4,7 +4,10 @@ pipe (one command a line, one JSON answer a line), so a measurement starts the m
 for, without a Python start-up in between, and polls the agent from a process that is already
 warm. Everything it reads is the kernel's or the agent's own account:
 
-  mem PID              RSS, PSS, USS (smaps_rollup), threads, fds, netns fds, sockets
+  mem PID              RSS, PSS, USS (smaps_rollup), threads, fds, netns fds, sockets, and RSS
+                       by kind of mapping (smaps): heap (brk and anonymous: malloc's arenas and
+                       the threads' stacks), bpf (the ring's pages, mapped twice), binary,
+                       libraries (shared objects), other
   cpu PID              utime+stime in seconds and context switches over all threads
   hops                 the agent's traced paths (/api/v1/dns/traces): VMIs with all 4 launcher
                        hops, the shared (server-side) hops, all hops
@@ -74,7 +77,31 @@ def mem(pid):
     return {"rss_kib": out["Rss"], "pss_kib": out["Pss"],
             "uss_kib": out["Private_Clean"] + out["Private_Dirty"],
             "threads": len(os.listdir(f"/proc/{pid}/task")), "fds": fds, "netns_fds": netns,
-            "sockets": sockets}
+            "sockets": sockets, "rss_by_kind": rss_by_kind(pid)}
+
+
+def rss_by_kind(pid):
+    """KiB of RSS per kind of mapping, from /proc/PID/smaps (where the RSS is, not only how much)."""
+    exe = os.path.realpath(f"/proc/{pid}/exe")
+    kinds = {"heap": 0, "bpf": 0, "binary": 0, "libraries": 0, "other": 0}
+    kind = "other"
+    for line in open(f"/proc/{pid}/smaps"):
+        head = line.split(None, 5)
+        if len(head) >= 5 and "-" in head[0] and ":" not in head[0]:  # a mapping's first line
+            name = head[5].strip() if len(head) > 5 else ""
+            if name in ("", "[heap]") or name.startswith("[stack"):
+                kind = "heap"
+            elif "bpf" in name:
+                kind = "bpf"
+            elif name == exe:
+                kind = "binary"
+            elif ".so" in name:
+                kind = "libraries"
+            else:
+                kind = "other"
+        elif line.startswith("Rss:"):
+            kinds[kind] += int(line.split()[1])
+    return kinds
 
 
 def cpu(pid):

@@ -133,6 +133,18 @@ if after:
                      switches / wall if wall else None, st.get("rss_kib"), st.get("uss_kib")])
     print(table(["VMs", "RSS KiB", "PSS KiB", "USS KiB", "RSS growth KiB", "idle CPU %", "wakeups/s",
                  "RSS KiB after the idle window", "USS KiB"], body))
+    kinds = ("heap", "bpf", "binary", "libraries", "other")
+    body = []
+    for s in sizes:
+        a = after.get(s["n"])
+        for when, m in (("idle", s["mem"]), ("after load", (a or {}).get("settled"))):
+            if m and "rss_by_kind" in m:
+                body.append([s["n"], when] + [m["rss_by_kind"][k] for k in kinds])
+    if body:
+        print("\nWhere the RSS is (KiB, /proc/PID/smaps by mapping): heap = brk and anonymous "
+              "mappings (malloc's arenas, thread stacks); bpf = the ring's pages, mapped twice; "
+              "after load = after the idle window that follows it.\n")
+        print(table(["VMs", "when"] + list(kinds), body))
 
 # --- probe cycle and check against the VM and process count --------------------------------------
 print("\n### The probe cycle and `nodegate check` against VMs and processes\n")

@@ -1,9 +1,11 @@
-// The DNS service's accounting on literal traces: the per-VMI window the dns-path probe judges
-// from, series that leave /metrics with their VMI, and the caps that bound every family.
+// The DNS service's accounting on literal traces (their Outcome, as the engine hands them over):
+// the per-VMI window the dns-path probe judges from, series that leave /metrics with their VMI,
+// and the caps that bound every family.
 #include "dns/accounting.h"
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <sstream>
 
 #include "publish/metrics.h"
@@ -200,7 +202,7 @@ TEST(Accounting, ASilentAttemptThatWasFailedOverIsSlowFailoverInEitherOrder) {
     prometheus::Registry reg;
     Accounting acc(reg, {});
     acc.present({"ns/a"});
-    std::vector<QueryTrace> batch;
+    std::vector<Outcome> batch;
     for (std::uint64_t i = 0; i < 3; ++i) {
       auto [silent, answer] = failover(10 + 2 * i, 11 + 2 * i, "10.96.0.99", 1000 + 500 * i);
       // Interleaved: one lookup's answer before its silent attempt, the next one after.
@@ -306,13 +308,66 @@ TEST(Accounting, ServersSeenFailingAcrossVmisUntilTheyAnswer) {
   EXPECT_EQ(s.summary.failing_servers[1].state, GuestDnsState::NodeLocalCacheDown);
 }
 
-TEST(Accounting, WindowKeepsAtMostPerVmiEntries) {
+// A window names each server once and drops the names no entry uses once they outnumber the
+// entries: a guest asking ever new addresses must neither grow it nor mix the names up when the
+// survivors are renumbered. Each query here is lost to a server of its own, so the failing
+// servers are exactly the window's, each with its own query's detail.
+// A window of five queries, for the cases about what it keeps.
+class FiveQueryWindow : public testing::Test {
+ protected:
+  static AccountingLimits limits() {
+    AccountingLimits lim;
+    lim.per_vmi = 5;
+    return lim;
+  }
+  FiveQueryWindow() { acc.present({"ns/a"}); }
   prometheus::Registry reg;
-  AccountingLimits lim;
-  lim.per_vmi = 5;
-  Accounting acc(reg, lim);
-  acc.present({"ns/a"});
-  std::vector<QueryTrace> many;
+  Accounting acc{reg, limits()};
+};
+
+TEST_F(FiveQueryWindow, AGuestAskingEverNewServersKeepsEachNameWithItsQuery) {
+  auto server = [](std::uint64_t i) {
+    return "10.0." + std::to_string(i / 256) + "." + std::to_string(i % 256);
+  };
+  for (std::uint64_t i = 1; i <= 200; ++i) {
+    QueryTrace t = traceSeq(i, Verdict::Unanswered, "q" + std::to_string(i) + ".example.");
+    t.original_daddr = server(i);
+    acc.account({t}, {});
+    if (i % 37 != 0) continue;  // the summary between batches sees the table as it is then
+    auto s = acc.summarize(std::chrono::system_clock::now(), 1, 4);
+    ASSERT_EQ(s.summary.failing_servers.size(), 5u) << i;
+    std::set<std::string> want;
+    for (std::uint64_t k = i - 4; k <= i; ++k) want.insert(server(k));
+    for (const auto& f : s.summary.failing_servers) {
+      EXPECT_EQ(want.erase(f.server), 1u) << f.server << " at " << i;
+      const auto k = f.detail.substr(1, f.detail.find('.') - 1);
+      EXPECT_EQ(server(std::stoul(k)), f.server) << f.detail;
+    }
+    EXPECT_EQ(judged(acc).server, server(i));
+  }
+}
+
+// What the engine dropped to stay within its caps is counted by kind, the difference since the
+// last tick each time: unaccounted queries are missing from every other DNS family, so a user
+// must see that the agent fell behind.
+TEST(Accounting, EngineEvictionsAreCountedByKind) {
+  prometheus::Registry reg;
+  Accounting acc(reg, {});
+  CorrelatorStats engine;
+  engine.evicted_in_flight = 2;
+  engine.unaccounted_dropped = 3;
+  acc.account({}, engine);
+  engine.unaccounted_dropped = 10;
+  engine.evicted_done = 1;
+  acc.account({}, engine);
+  acc.account({}, engine);  // nothing new
+  EXPECT_EQ(value(reg, R"(nodegate_dns_trace_evictions_total{kind="in_flight"})"), 2);
+  EXPECT_EQ(value(reg, R"(nodegate_dns_trace_evictions_total{kind="done"})"), 1);
+  EXPECT_EQ(value(reg, R"(nodegate_dns_trace_evictions_total{kind="unaccounted"})"), 10);
+}
+
+TEST_F(FiveQueryWindow, KeepsAtMostPerVmiEntries) {
+  std::vector<Outcome> many;
   for (int i = 0; i < 20; ++i) many.push_back(trace("ns/a", Verdict::Answered));
   acc.account(std::move(many), {});
   auto s = acc.summarize(std::chrono::system_clock::now(), 1, 4);
@@ -368,7 +423,7 @@ TEST(Accounting, VmiSeriesAreCappedAndTheOverflowCounted) {
   lim.max_vmis = 3;
   Accounting acc(reg, lim);
   std::set<std::string> on_node;
-  std::vector<QueryTrace> batch;
+  std::vector<Outcome> batch;
   for (int i = 0; i < 5; ++i) {
     on_node.insert("ns/vm" + std::to_string(i));
     batch.push_back(trace("ns/vm" + std::to_string(i), Verdict::Answered));
@@ -430,7 +485,7 @@ TEST(Accounting, EveryFamilyIsBoundedUnderManyVmisAndReasons) {
   // 50 rounds of VMs coming and going, each with queries, drops of ever new reasons and latency.
   for (int round = 0; round < 50; ++round) {
     std::set<std::string> on_node;
-    std::vector<QueryTrace> batch;
+    std::vector<Outcome> batch;
     for (int i = 0; i < 10; ++i) {
       std::string vmi = "ns" + std::to_string(round) + "/vm" + std::to_string(i);
       on_node.insert(vmi);

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace nodegate::dns {
 namespace {
 
@@ -48,6 +50,15 @@ Observation answer(const Q& q, Hop hop, std::uint64_t t, std::uint8_t rcode = 0)
 
 const Hop kForward[] = {Hop::Tap, Hop::Bridge, Hop::LauncherEth0, Hop::HostVeth, Hop::HostOut};
 
+// The queries expire() finished, whole: the newest of done(), as many as it returned (in the
+// order they finished, as both lists are).
+std::vector<QueryTrace> expireTraces(Correlator& c, std::uint64_t now_ns) {
+  const std::size_t n = c.expire(now_ns).size();
+  const auto& d = c.done();
+  EXPECT_LE(n, d.size()) << "more finished than done() keeps: raise max_done";
+  return {d.end() - static_cast<std::ptrdiff_t>(std::min(n, d.size())), d.end()};
+}
+
 void sendFull(Correlator& c, const Q& q, std::uint64_t t0, std::uint8_t rcode = 0) {
   std::uint64_t t = t0;
   for (Hop h : kForward) c.observe(query(q, h, t += kMs / 10));
@@ -58,7 +69,7 @@ void sendFull(Correlator& c, const Q& q, std::uint64_t t0, std::uint8_t rcode = 
 TEST(Correlator, HealthyQueryIsAnsweredWithEveryHopInOrder) {
   Correlator c;
   sendFull(c, Q{}, 1000 * kMs);
-  auto done = c.expire(1010 * kMs);
+  auto done = expireTraces(c, 1010 * kMs);
   ASSERT_EQ(done.size(), 1u);
   const auto& t = done[0];
   EXPECT_EQ(t.verdict, Verdict::Answered);
@@ -88,7 +99,7 @@ TEST(Correlator, AnswerFinishesAtTheFirstTracedHopWithoutWaitingForTimeout) {
   EXPECT_EQ(c.inFlight(), 1u);
   c.observe(answer(q, Hop::LauncherEth0, 6 * kMs));
   EXPECT_EQ(c.inFlight(), 0u);
-  auto done = c.expire(7 * kMs);
+  auto done = expireTraces(c, 7 * kMs);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict, Verdict::Answered);
   EXPECT_EQ(*done[0].latencyNs(), 5 * kMs);
@@ -105,7 +116,7 @@ TEST(Correlator, EachRcodeHasItsVerdict) {
     q.id = id++;
     sendFull(c, q, id * 10 * kMs, rcode);
   }
-  auto done = c.expire(100 * kMs);
+  auto done = expireTraces(c, 100 * kMs);
   ASSERT_EQ(done.size(), std::size(cases));
   for (std::size_t i = 0; i < done.size(); ++i) {
     EXPECT_EQ(done[i].verdict, cases[i].second) << rcodeName(*done[i].rcode);
@@ -124,7 +135,7 @@ TEST(Correlator, NoErrorWithoutAnswerRecordsIsNodataNotFound) {
     a.no_answers = true;
     c.observe(a);
   }
-  auto done = c.expire(t);
+  auto done = expireTraces(c, t);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict, Verdict::NotFound);
   EXPECT_TRUE(done[0].no_answers);
@@ -156,7 +167,7 @@ TEST(Correlator, EachTraceSaysWhetherItAskedForAClusterName) {
   corp.qname = "build.corp.example";
   sendFull(c, in_cluster, 1 * kMs, 3);
   sendFull(c, corp, 20 * kMs, 3);
-  auto done = c.expire(100 * kMs);
+  auto done = expireTraces(c, 100 * kMs);
   ASSERT_EQ(done.size(), 2u);
   EXPECT_TRUE(done[0].cluster_name);  // cluster.local until told otherwise
   EXPECT_FALSE(done[1].cluster_name);
@@ -164,7 +175,7 @@ TEST(Correlator, EachTraceSaysWhetherItAskedForAClusterName) {
   sendFull(c, in_cluster, 200 * kMs, 3);  // still Kubernetes-shaped
   corp.id = 3;
   sendFull(c, corp, 220 * kMs, 3);
-  done = c.expire(300 * kMs);
+  done = expireTraces(c, 300 * kMs);
   ASSERT_EQ(done.size(), 2u);
   EXPECT_TRUE(done[0].cluster_name);
   EXPECT_TRUE(done[1].cluster_name);
@@ -180,11 +191,11 @@ TEST(Correlator, AAndAaaaWithTheSameIdStayDistinct) {
     c.observe(query(aaaa, h, t += kMs));
   }
   for (int i = 4; i >= 0; --i) c.observe(answer(aaaa, kForward[i], t += kMs));
-  auto done = c.expire(t);
+  auto done = expireTraces(c, t);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].qtype, 28);
   EXPECT_EQ(c.inFlight(), 1u);  // the A query is still waiting
-  done = c.expire(t + 6000 * kMs);
+  done = expireTraces(c, t + 6000 * kMs);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].qtype, 1);
   EXPECT_NE(done[0].verdict, Verdict::Answered);
@@ -199,12 +210,12 @@ TEST(Correlator, RetryWithTheSameIdIsANewQueryLinkedToTheFirst) {
   std::uint64_t t = 1000 * kMs;
   for (Hop h : kForward) c.observe(query(q, h, t += kMs));
   for (int i = 4; i >= 0; --i) c.observe(answer(q, kForward[i], t += kMs));
-  auto done = c.expire(t);
+  auto done = expireTraces(c, t);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict, Verdict::Answered);
   EXPECT_EQ(done[0].retry_of, 1u);
   EXPECT_EQ(done[0].query_path.size(), 5u);
-  done = c.expire(6000 * kMs);
+  done = expireTraces(c, 6000 * kMs);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].seq, 1u);
   EXPECT_EQ(done[0].verdict, Verdict::Unanswered);
@@ -218,7 +229,7 @@ TEST(Correlator, QueriesOfDifferentVmsWithEqualIdsStayApart) {
   c.observe(query(a, Hop::Tap, 0));
   c.observe(query(b, Hop::Tap, kMs));
   c.observe(answer(b, Hop::Tap, 2 * kMs));
-  auto done = c.expire(3 * kMs);
+  auto done = expireTraces(c, 3 * kMs);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].vmi, "default/vm2");
   EXPECT_EQ(c.inFlight(), 1u);
@@ -243,7 +254,7 @@ TEST(Correlator, IncidentUntranslatedAtHostOutIsServiceTranslationMissing) {
     c.observe(o);
   }
   EXPECT_TRUE(c.expire(4000 * kMs).empty());  // not yet timed out
-  auto done = c.expire(5100 * kMs);
+  auto done = expireTraces(c, 5100 * kMs);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict, Verdict::ServiceTranslationMissing);
   EXPECT_EQ(done[0].last_hop, Hop::HostOut);
@@ -262,7 +273,7 @@ TEST(Correlator, QueryStraightToAKnownDnsServerIsNotTranslationMissing) {
     o.daddr = kSvc;
     c.observe(o);
   }
-  auto done = c.expire(5100 * kMs);
+  auto done = expireTraces(c, 5100 * kMs);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict, Verdict::Unanswered);
   EXPECT_EQ(done[0].last_hop, Hop::HostOut);
@@ -280,7 +291,7 @@ TEST(Correlator, IncidentWithKernelDropRecordsTheReason) {
   drop.drop_reason = "IP_INNOROUTES";
   drop.vmi.clear();  // kfree_skb knows no VMI
   c.observe(drop);
-  auto done = c.expire(6000 * kMs);
+  auto done = expireTraces(c, 6000 * kMs);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict, Verdict::ServiceTranslationMissing);
   EXPECT_EQ(done[0].drop_reason, "IP_INNOROUTES");
@@ -298,7 +309,7 @@ TEST(Correlator, UntranslatedDropBeyondTheTracedHopsIsTranslationMissing) {
   drop.drop_reason = "IP_INADDRERRORS";
   drop.vmi.clear();
   c.observe(drop);
-  auto done = c.expire(6000 * kMs);
+  auto done = expireTraces(c, 6000 * kMs);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict, Verdict::ServiceTranslationMissing);
   EXPECT_EQ(done[0].drop_hop, Hop::Unknown);
@@ -311,7 +322,7 @@ TEST(Correlator, SilentServerAfterTranslationIsUnanswered) {
   std::uint64_t t = 0;
   for (Hop h : kForward) c.observe(query(q, h, t += kMs));
   c.observe(query(q, Hop::Server, t += kMs));
-  auto done = c.expire(t + 6000 * kMs);
+  auto done = expireTraces(c, t + 6000 * kMs);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict, Verdict::Unanswered);
   EXPECT_EQ(done[0].last_hop, Hop::Server);
@@ -323,7 +334,7 @@ TEST(Correlator, LostInsideTheLauncherIsUnansweredNotTranslation) {
   Q q;
   c.observe(query(q, Hop::Tap, 0));
   c.observe(query(q, Hop::Bridge, kMs));
-  auto done = c.expire(6000 * kMs);
+  auto done = expireTraces(c, 6000 * kMs);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict, Verdict::Unanswered);
   EXPECT_EQ(done[0].last_hop, Hop::Bridge);
@@ -336,7 +347,7 @@ TEST(Correlator, UntranslatedWithoutEvidenceBeyondHostStaysUnanswered) {
   Q q;
   for (Hop h : {Hop::Tap, Hop::Bridge, Hop::LauncherEth0, Hop::HostVeth})
     c.observe(query(q, h, kMs * static_cast<unsigned>(h)));
-  auto done = c.expire(6000 * kMs);
+  auto done = expireTraces(c, 6000 * kMs);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict, Verdict::Unanswered);
   EXPECT_EQ(done[0].last_hop, Hop::HostVeth);
@@ -353,7 +364,7 @@ TEST(Correlator, DropOfTranslatedQueryIsNotTranslationMissing) {
   drop.daddr = kCoreDns;
   drop.vmi.clear();
   c.observe(drop);
-  auto done = c.expire(6000 * kMs);
+  auto done = expireTraces(c, 6000 * kMs);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict, Verdict::Unanswered);
   EXPECT_EQ(done[0].drop_reason, "NO_SOCKET");
@@ -375,7 +386,7 @@ TEST(Correlator, TruncatedAnswerIsLinkedToTheTcpRetry) {
   EXPECT_TRUE(c.expire(2 * kMs).empty());
   c.observe(query(tcp, Hop::Tap, 2 * kMs));
   c.observe(answer(tcp, Hop::Tap, 4 * kMs));
-  auto done = c.expire(5 * kMs);
+  auto done = expireTraces(c, 5 * kMs);
   ASSERT_EQ(done.size(), 2u);  // the retry finishes first, then the answer it completes
   EXPECT_TRUE(done[0].tcp);
   EXPECT_TRUE(done[1].truncated);
@@ -394,7 +405,7 @@ TEST(Correlator, TcpQueryWithoutTruncatedPredecessorIsNotLinked) {
   c.observe(answer(udp, Hop::Tap, kMs));  // not truncated
   c.observe(query(tcp, Hop::Tap, 2 * kMs));
   c.observe(answer(tcp, Hop::Tap, 3 * kMs));
-  auto done = c.expire(4 * kMs);
+  auto done = expireTraces(c, 4 * kMs);
   ASSERT_EQ(done.size(), 2u);
   EXPECT_EQ(done[1].tcp_retry_of, 0u);
 }
@@ -443,8 +454,8 @@ TEST(Correlator, EveryFinishedTraceReachesExpireUpToItsOwnCap) {
   }
   auto done = c.expire(100 * kMs);
   ASSERT_EQ(done.size(), 8u);
-  EXPECT_EQ(done.front().id, 0);
-  EXPECT_EQ(done.back().id, 7);
+  EXPECT_EQ(done.front().seq, 1u);  // the engine numbers queries from 1 as they start
+  EXPECT_EQ(done.back().seq, 8u);
   EXPECT_EQ(c.done().size(), 4u);
   EXPECT_EQ(c.stats().unaccounted_dropped, 0u);
   for (int i = 0; i < 13; ++i) {
@@ -453,17 +464,52 @@ TEST(Correlator, EveryFinishedTraceReachesExpireUpToItsOwnCap) {
   }
   done = c.expire(400 * kMs);
   ASSERT_EQ(done.size(), 10u);
-  EXPECT_EQ(done.front().id, 103);  // the oldest three went
-  EXPECT_EQ(done.back().id, 112);
+  EXPECT_EQ(done.front().seq, 12u);  // the oldest three (9-11) went
+  EXPECT_EQ(done.back().seq, 21u);
   EXPECT_EQ(c.stats().unaccounted_dropped, 3u);
   EXPECT_TRUE(c.expire(500 * kMs).empty());
+}
+
+// What expire() hands the accounting is the trace's own account, made once when it finished:
+// the round trip at every hop that saw both ways, the server as the guest addressed it, and a
+// detail for every query that was not simply answered.
+TEST(Correlator, TheOutcomeIsWhatTheTraceSays) {
+  Correlator c;
+  Q q;
+  sendFull(c, q, 1000 * kMs);
+  q.id = 0x4321;
+  q.qname = "missing.example";
+  sendFull(c, q, 2000 * kMs, 3);
+  auto out = c.expire(2100 * kMs);
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(c.done().size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const QueryTrace& t = c.done()[i];
+    const Outcome& o = out[i];
+    EXPECT_EQ(o.seq, t.seq);
+    EXPECT_EQ(o.vmi, "default/vm1");
+    EXPECT_EQ(o.verdict, t.verdict);
+    EXPECT_EQ(o.server, kSvc);
+    for (Hop h : kForward) {
+      const auto n = static_cast<unsigned>(h);
+      ASSERT_TRUE(o.timed & (1u << n)) << hopName(h);
+      EXPECT_EQ(o.hop_latency_ns[n], t.hopLatencyNs(h).value()) << hopName(h);
+    }
+    EXPECT_EQ(o.timed, 0b1110110) << "only the five hops that saw the query";
+  }
+  EXPECT_EQ(out[0].verdict, Verdict::Answered);
+  EXPECT_TRUE(out[0].detail.empty());
+  EXPECT_EQ(out[1].verdict, Verdict::NotFound);
+  EXPECT_FALSE(out[1].nodata);  // NXDOMAIN: the name does not exist
+  EXPECT_EQ(out[1].detail, "missing.example A: " + verdictDetail(c.done()[1]));
+  EXPECT_NE(out[0].name, out[1].name);
 }
 
 TEST(Correlator, LateResponseAfterTimeoutIsAnOrphan) {
   Correlator c;
   Q q;
   c.observe(query(q, Hop::Tap, 0));
-  auto done = c.expire(5000 * kMs);
+  auto done = expireTraces(c, 5000 * kMs);
   ASSERT_EQ(done.size(), 1u);
   c.observe(answer(q, Hop::Tap, 5001 * kMs));
   EXPECT_EQ(c.stats().orphan_responses, 1u);
@@ -475,7 +521,7 @@ TEST(Correlator, PartialAnswerThatMissedTheFirstHopStillCountsAsAnswered) {
   c.observe(query(q, Hop::Tap, 0));
   c.observe(query(q, Hop::Bridge, kMs));
   c.observe(answer(q, Hop::Bridge, 2 * kMs, 2));
-  auto done = c.expire(6000 * kMs);
+  auto done = expireTraces(c, 6000 * kMs);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict, Verdict::ServerError);
   EXPECT_EQ(done[0].last_hop, Hop::Bridge);
@@ -486,7 +532,7 @@ TEST(Correlator, PartialAnswerThatMissedTheFirstHopStillCountsAsAnswered) {
 
 // The one trace finished by now_ns (a test failure unless there is exactly one).
 QueryTrace single(Correlator& c, std::uint64_t now_ns) {
-  auto done = c.expire(now_ns);
+  auto done = expireTraces(c, now_ns);
   EXPECT_EQ(done.size(), 1u);
   return done.empty() ? QueryTrace{} : done[0];
 }
@@ -664,14 +710,14 @@ TEST(Correlator, SecondServerAnsweringAfterTheFirstTimedOutIsSlowFailover) {
   auto r = answer(q, Hop::Tap, 1003 * kMs);
   r.saddr = "10.96.0.11";
   c.observe(r);
-  auto done = c.expire(1004 * kMs);
+  auto done = expireTraces(c, 1004 * kMs);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict, Verdict::SlowFailover);
   EXPECT_EQ(done[0].failover_server, kSvc);
   EXPECT_EQ(done[0].failover_lost_ns, 1000 * kMs);
   EXPECT_NE(done[0].failover_of, 0u);
   EXPECT_EQ(*done[0].latencyNs(), 3 * kMs);
-  done = c.expire(6000 * kMs);
+  done = expireTraces(c, 6000 * kMs);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict, Verdict::Unanswered);  // the attempt at A
 
@@ -724,7 +770,7 @@ TEST(Correlator, TruncatedAnswerWhoseTcpConnectionIsRefused) {
   c.observe(truncatedAnswer(udp, Hop::Tap, kMs));
   c.observe(syn(tcp, Hop::Tap, 2 * kMs, 42));
   c.observe(fromServer(tcp, Hop::Tap, 3 * kMs, 43, false));
-  auto done = c.expire(4 * kMs);
+  auto done = expireTraces(c, 4 * kMs);
   ASSERT_EQ(done.size(), 2u);
   EXPECT_EQ(done[0].verdict, Verdict::ConnectionRefused);
   EXPECT_EQ(done[0].qname, "example.com");  // named after the answer it retries
@@ -746,9 +792,9 @@ TEST(Correlator, TruncatedAnswerWhoseTcpSynIsDropped) {
   drop.drop_reason = "NETFILTER_DROP";
   c.observe(drop);
   c.observe(syn(tcp, Hop::Tap, 1002 * kMs, 42));  // retransmitted
-  auto done = c.expire(5000 * kMs);
+  auto done = expireTraces(c, 5000 * kMs);
   ASSERT_EQ(done.size(), 0u);
-  done = c.expire(5003 * kMs);
+  done = expireTraces(c, 5003 * kMs);
   ASSERT_EQ(done.size(), 2u);
   EXPECT_EQ(done[0].verdict, Verdict::Unanswered);
   EXPECT_EQ(done[0].drop_reason, "NETFILTER_DROP");
@@ -806,7 +852,7 @@ TEST(Correlator, NodeLocalCacheAnswerEndsAtTheHostAndKeepsItsUpstreamApart) {
     c.observe(upstream(up, Hop::HostOut, t += kMs / 10));
     c.observe(upstream(up, Hop::HostOut, t += kMs, true));
     for (int i = 3; i >= 0; --i) c.observe(fromCache(q, kToCache[i], t += kMs / 10));
-    auto done = c.expire(t);
+    auto done = expireTraces(c, t);
     ASSERT_EQ(done.size(), 2u) << "upstream id " << upstream_id;
     const QueryTrace g = guestTrace(done);
     EXPECT_EQ(g.verdict, Verdict::Answered);
@@ -908,7 +954,7 @@ TEST(Correlator, LiveCacheWithASilentUpstreamKeepsTheUnansweredVerdict) {
     for (Hop h : kToCache) c.observe(toCache(q, h, kMs));
     c.observe(upstream(up, Hop::HostOut, 2 * kMs));
     c.observe(upstream(up, Hop::Server, 2 * kMs + kMs / 10));
-    auto done = c.expire(5002 * kMs);
+    auto done = expireTraces(c, 5002 * kMs);
     ASSERT_EQ(done.size(), 2u);
     const QueryTrace g = guestTrace(done);
     EXPECT_EQ(g.verdict, Verdict::Unanswered);
@@ -931,7 +977,7 @@ TEST(Correlator, LiveCacheWithASilentUpstreamKeepsTheUnansweredVerdict) {
     s.vmi = "";
     s.saddr = kNode;
     c.observe(s);
-    auto done = c.expire(5002 * kMs);
+    auto done = expireTraces(c, 5002 * kMs);
     const QueryTrace g = guestTrace(done);
     EXPECT_EQ(g.verdict, Verdict::Unanswered);
     // A connection the node opened before the guest asked says nothing about this query.
@@ -939,7 +985,7 @@ TEST(Correlator, LiveCacheWithASilentUpstreamKeepsTheUnansweredVerdict) {
     Q q2;
     q2.id = 7;
     for (Hop h : kToCache) c.observe(toCache(q2, h, 6001 * kMs));
-    done = c.expire(11002 * kMs);
+    done = expireTraces(c, 11002 * kMs);
     EXPECT_EQ(guestTrace(done).verdict, Verdict::NodeLocalCacheDown);
   }
 }
@@ -956,7 +1002,7 @@ TEST(Correlator, NodeLocalUnansweredIsNeverServiceTranslationMissing) {
   drop.drop_reason = "NETFILTER_DROP";
   c.observe(drop);
   c.observe(upstream(up, Hop::HostOut, 3 * kMs));  // (another guest's miss of the same name)
-  auto done = c.expire(5002 * kMs);
+  auto done = expireTraces(c, 5002 * kMs);
   EXPECT_EQ(guestTrace(done).verdict, Verdict::Unanswered);
 }
 
