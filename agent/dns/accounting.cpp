@@ -232,7 +232,7 @@ void Accounting::account(std::vector<Outcome> finished, const CorrelatorStats& e
     queriesCounter(t.vmi, t.verdict).Increment();
     // No VM's hop saw it (the node's own queries at the server's side): no guest to judge.
     if (t.vmi.empty()) continue;
-    auto& w = per_vmi_[t.vmi];
+    auto& w = per_vmi_.try_emplace(t.vmi, limits_.per_vmi).first->second;
     Entry e;
     e.when = now;
     e.seq = t.seq;
@@ -260,9 +260,9 @@ void Accounting::account(std::vector<Outcome> finished, const CorrelatorStats& e
       }
     }
     if (silent(t.verdict) && w.failed_over.erase(t.seq)) e.state = GuestDnsState::SlowFailover;
+    if (w.entries.full()) w.entries.pop_front();
     w.entries.push_back(std::move(e));
     w.judged = false;
-    while (w.entries.size() > limits_.per_vmi) w.entries.pop_front();
   }
   if (engine.evicted_in_flight > evicted_in_flight_seen_) {
     metrics_->evictions.Add({{"kind", "in_flight"}})

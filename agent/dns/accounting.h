@@ -38,7 +38,6 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -50,6 +49,7 @@
 #include <prometheus/registry.h>
 
 #include "dns/correlator.h"
+#include "dns/ring.h"
 #include "dns_path.h"
 
 namespace nodegate::dns {
@@ -113,7 +113,8 @@ class Accounting {
     std::vector<const Entry*> failures;
   };
   struct VmiWindow {
-    std::deque<Entry> entries;  // in arrival order, at most limits_.per_vmi
+    explicit VmiWindow(std::size_t per_vmi) : entries(per_vmi) {}
+    Ring<Entry> entries;  // in arrival order, at most limits_.per_vmi
     // The servers its entries name, each once (the guest's few nameservers). intern() drops the
     // names no entry uses any more once they outnumber the entries, so a guest asking ever new
     // addresses cannot grow it past twice the window.

@@ -786,12 +786,9 @@ void Correlator::retire(QueryTrace t) {
     newly_done_.pop_front();
     ++stats_.unaccounted_dropped;
   }
-  done_.push_back(std::move(t));
-  while (done_.size() > limits_.max_done) {
-    done_.pop_front();
-    ++stats_.evicted_done;
-  }
-  if (settles) settleTruncated(done_.back());
+  if (done_.full()) ++stats_.evicted_done;
+  done_.overwrite_back(static_cast<const QueryTrace&>(t));  // a copy, into the slot's storage
+  if (settles) settleTruncated(done_.empty() ? t : done_.back());
 }
 
 // A TCP retry finished: the truncated answer it retried keeps its own verdict if the retry got a

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "dns/hops.h"
+#include "dns/ring.h"
 
 namespace nodegate::dns {
 
@@ -192,7 +193,7 @@ struct CorrelatorStats {
 
 class Correlator {
  public:
-  explicit Correlator(CorrelatorLimits limits = {}) : limits_(limits) {}
+  explicit Correlator(CorrelatorLimits limits = {}) : limits_(limits), done_(limits.max_done) {}
 
   void observe(const Observation& o);
   // Finishes every in-flight query older than the timeout; returns what the queries finished by
@@ -201,7 +202,7 @@ class Correlator {
   std::vector<Outcome> expire(std::uint64_t now_ns);
 
   // Finished traces, oldest first (bounded by max_done).
-  const std::deque<QueryTrace>& done() const { return done_; }
+  const Ring<QueryTrace>& done() const { return done_; }
   std::size_t inFlight() const { return in_flight_.size(); }
   const CorrelatorStats& stats() const { return stats_; }
   // Declares that a hop beyond the host veth (HostOut or Server) is traced for this VMI's path, so
@@ -282,7 +283,10 @@ class Correlator {
   Key probe_{"", 0, false, 0};                        // lookupKey()'s
   // Truncated UDP answers, finished but for the verdict their TCP retry decides (by seq).
   std::map<std::uint64_t, QueryTrace> awaiting_tcp_;
-  std::deque<QueryTrace> done_;
+  // Each new trace is copied into the slot of the one it pushes out, whose strings and paths keep
+  // their storage: the traces kept for the API stay where the first of them were allocated
+  // instead of spreading over the pages a burst of DNS used (docs/benchmarks/density.md).
+  Ring<QueryTrace> done_;
   std::deque<Outcome> newly_done_;  // for expire(): a deque, the oldest go first
 };
 

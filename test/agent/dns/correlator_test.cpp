@@ -56,7 +56,9 @@ std::vector<QueryTrace> expireTraces(Correlator& c, std::uint64_t now_ns) {
   const std::size_t n = c.expire(now_ns).size();
   const auto& d = c.done();
   EXPECT_LE(n, d.size()) << "more finished than done() keeps: raise max_done";
-  return {d.end() - static_cast<std::ptrdiff_t>(std::min(n, d.size())), d.end()};
+  std::vector<QueryTrace> out;
+  for (std::size_t i = d.size() - std::min(n, d.size()); i < d.size(); ++i) out.push_back(d[i]);
+  return out;
 }
 
 void sendFull(Correlator& c, const Q& q, std::uint64_t t0, std::uint8_t rcode = 0) {
