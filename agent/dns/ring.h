@@ -106,11 +106,14 @@ class Ring {
   const T& at(std::size_t i) const { return slots_[(head_ + i) % slots_.size()]; }
 
  private:
+  // Room for twice as many (at least 16, at most capacity_), the elements moved to its front.
+  // Full means size_ == capacity_ == slots_.size(), which overwrite_back() relies on.
   void grow() {
+    const std::size_t n = std::min(capacity_, std::max<std::size_t>(16, 2 * slots_.size()));
     std::vector<T> bigger;
-    bigger.reserve(std::min(capacity_, std::max<std::size_t>(16, 2 * slots_.size())));
+    bigger.reserve(n);
     for (std::size_t i = 0; i < size_; ++i) bigger.push_back(std::move(at(i)));
-    bigger.resize(bigger.capacity());
+    bigger.resize(n);
     slots_ = std::move(bigger);
     head_ = 0;
   }

@@ -32,6 +32,10 @@ TEST(Ring, FirstInFirstOutAcrossGrowthAndWrap) {
   EXPECT_EQ(backwards, std::vector<int>(want.rbegin(), want.rend()));
   EXPECT_EQ(r.front(), 20);
   EXPECT_EQ(r.at(39), 59);
+  for (int i = 60; i < 125; ++i) r.overwrite_back(i);  // each drops the oldest, past the wrap
+  want.clear();
+  for (int i = 85; i < 125; ++i) want.push_back(i);
+  EXPECT_EQ(contents(r), want);
 }
 
 TEST(Ring, RotatingWhenFullStaysInItsOneAllocation) {
