@@ -308,10 +308,6 @@ TEST(Accounting, ServersSeenFailingAcrossVmisUntilTheyAnswer) {
   EXPECT_EQ(s.summary.failing_servers[1].state, GuestDnsState::NodeLocalCacheDown);
 }
 
-// A window names each server once and drops the names no entry uses once they outnumber the
-// entries: a guest asking ever new addresses must neither grow it nor mix the names up when the
-// survivors are renumbered. Each query here is lost to a server of its own, so the failing
-// servers are exactly the window's, each with its own query's detail.
 // A window of five queries, for the cases about what it keeps.
 class FiveQueryWindow : public testing::Test {
  protected:
@@ -325,6 +321,10 @@ class FiveQueryWindow : public testing::Test {
   Accounting acc{reg, limits()};
 };
 
+// A window names each server once and drops the names no entry uses once they outnumber the
+// entries: a guest asking ever new addresses must neither grow it nor mix the names up when the
+// survivors are renumbered. Each query here is lost to a server of its own, so the failing
+// servers are exactly the window's, each with its own query's detail.
 TEST_F(FiveQueryWindow, AGuestAskingEverNewServersKeepsEachNameWithItsQuery) {
   auto server = [](std::uint64_t i) {
     return "10.0." + std::to_string(i / 256) + "." + std::to_string(i % 256);
